@@ -1,0 +1,70 @@
+"""Settings read from environment variables with a per-service prefix.
+
+Each service subclasses ``ServiceSettings`` with its own ``env_prefix``;
+``load_settings`` validates at start and stops the process with a message that
+names the offending variable, instead of failing later on first use.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path("data")
+
+
+class ServiceSettings(BaseSettings):
+    """Settings every service has. Subclasses set ``env_prefix``."""
+
+    model_config = SettingsConfigDict(env_prefix="RECSERVE_", extra="ignore", frozen=True)
+
+    host: str = Field("127.0.0.1", description="Address the gRPC server binds.")
+    port: int = Field(50050, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="Prometheus /metrics port on 127.0.0.1; 0 disables it."
+    )
+    data_dir: Path = Field(
+        DEFAULT_DATA_DIR, description="Where artifacts, stores and trace files live."
+    )
+    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    shutdown_grace_s: float = Field(
+        5.0, gt=0, le=120, description="In-flight calls get this long to finish on SIGTERM."
+    )
+    shutdown_drain_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="NOT_SERVING is reported this long before new calls are refused, "
+        "so health-checking load balancers (Envoy checks every 1 s) stop routing first.",
+    )
+
+
+class ConfigError(SystemExit):
+    """Raised (as a process exit) when settings do not validate."""
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def env_name(settings_cls: type[BaseSettings], field: str) -> str:
+    prefix = settings_cls.model_config.get("env_prefix", "") or ""
+    return f"{prefix}{field}".upper()
+
+
+def load_settings(settings_cls: type[S]) -> S:
+    """Read and validate settings, or exit with one line per bad variable."""
+    try:
+        return settings_cls()
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            given = error.get("input")
+            lines.append(f"  {env_name(settings_cls, field)}={given!r}: {error['msg']}")
+        message = "invalid configuration:\n" + "\n".join(lines)
+        print(message, file=sys.stderr)
+        raise ConfigError(2) from None

@@ -1,0 +1,83 @@
+"""OpenTelemetry and Prometheus setup, configured only through OTEL_* variables.
+
+With OTEL_EXPORTER_OTLP_ENDPOINT set, spans go over OTLP/gRPC. Without it they
+are written as OTLP JSON lines (one ExportTraceServiceRequest per line, the
+format of the Collector's file exporter) under ``<data_dir>/traces/``, so a
+laptop run still leaves traces the latency report can read. Sampling follows
+OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG as the SDK defines them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf.json_format import MessageToJson
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.instrumentation.grpc import (
+    GrpcAioInstrumentorClient,
+    GrpcAioInstrumentorServer,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from prometheus_client import start_http_server
+
+
+class OtlpJsonFileExporter(SpanExporter):
+    """Appends spans to a file as OTLP JSON, one export request per line."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        line = MessageToJson(encode_spans(spans), indent=None)
+        with self._lock, self.path.open("a", encoding="utf-8") as out:
+            out.write(line.replace("\n", "") + "\n")
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+@dataclass
+class Telemetry:
+    provider: TracerProvider
+
+    def shutdown(self) -> None:
+        """Flush spans still buffered; called last on shutdown."""
+        self.provider.force_flush()
+        self.provider.shutdown()
+
+
+_instrumented = False
+
+
+def setup_telemetry(service: str, data_dir: Path, metrics_port: int = 0) -> Telemetry:
+    global _instrumented
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    ):
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        exporter: SpanExporter = OTLPSpanExporter()
+    else:
+        exporter = OtlpJsonFileExporter(data_dir / "traces" / f"{service}.jsonl")
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    if not _instrumented:
+        # Patches grpc.aio server and channel construction, so it must run
+        # before either is created.
+        GrpcAioInstrumentorServer().instrument(tracer_provider=provider)
+        GrpcAioInstrumentorClient().instrument(tracer_provider=provider)
+        _instrumented = True
+    if metrics_port:
+        start_http_server(metrics_port, addr="127.0.0.1")
+    return Telemetry(provider)

@@ -1,0 +1,1 @@
+"""The local stack runner: Envoy, Triton and the four services on loopback."""

@@ -1,0 +1,100 @@
+"""`python -m recserve_stack up`: the whole stack on loopback, until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from recserve_kit.config import load_settings
+from recserve_stack import envoy
+from recserve_stack.components import stack_components
+from recserve_stack.runner import Component, ComponentFailed, Runner
+from recserve_stack.settings import StackSettings
+
+app = typer.Typer(add_completion=False, help=__doc__)
+console = Console(stderr=True)
+
+# Called once the stack is ready (make run prints sample recommendations).
+AfterReady = Callable[[StackSettings], Awaitable[None]]
+
+
+def _summary(components: list[Component], settings: StackSettings) -> Table:
+    table = Table(title="recserve is up", title_justify="left")
+    table.add_column("component")
+    table.add_column("address")
+    for component in components:
+        table.add_row(component.name, component.address)
+    table.add_row("envoy admin", f"http://{settings.host}:{settings.envoy_admin_port}")
+    return table
+
+
+async def run_stack(settings: StackSettings, after_ready: AfterReady | None = None) -> int:
+    runner = Runner(
+        stack_components(settings),
+        settings.data_dir / "logs",
+        start_timeout_s=settings.start_timeout_s,
+        stop_timeout_s=settings.stop_timeout_s,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    code = 0
+    try:
+        starting = asyncio.create_task(runner.start())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            starting.cancel()
+            console.print("[yellow]stopping before the stack was ready[/]")
+            return 130
+        starting.result()
+        console.print(_summary(runner.components, settings))
+        print("recserve stack ready", flush=True)
+        if after_ready is not None:
+            await after_ready(settings)
+        exited = asyncio.create_task(runner.wait_for_exit())
+        await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if exited.done():
+            failed = exited.result()
+            code = 1
+            console.print(f"[red]{failed.name} exited unexpectedly[/]")
+            console.print("\n".join(failed.tail))
+        else:
+            exited.cancel()
+    except ComponentFailed as failure:
+        code = 1
+        console.print(f"[red]{failure.component} failed to start: {failure.reason}[/]")
+        console.print(f"--- last lines of {failure.component} ---")
+        console.print("\n".join(failure.tail), markup=False, highlight=False)
+    finally:
+        await runner.stop()
+        console.print("stack stopped")
+    return code
+
+
+@app.command()
+def up() -> None:
+    """Start Envoy, Triton and the four services; stop them all on Ctrl-C."""
+    settings = load_settings(StackSettings)
+    sys.exit(asyncio.run(run_stack(settings)))
+
+
+@app.command("check-envoy")
+def check_envoy() -> None:
+    """Render the Envoy config and run `envoy --mode validate` on it."""
+    settings = load_settings(StackSettings)
+    path = envoy.write_config(settings)
+    result = envoy.validate(path)
+    console.print(result.stdout.strip() or result.stderr.strip())
+    sys.exit(result.returncode)
+
+
+if __name__ == "__main__":
+    app()

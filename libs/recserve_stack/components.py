@@ -1,0 +1,73 @@
+"""The components of the local stack and how each is started and probed."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from recserve_stack import envoy, triton
+from recserve_stack.probes import grpc_serving, http_ok
+from recserve_stack.runner import Component
+from recserve_stack.settings import ROOT, StackSettings
+
+SERVICES = ("features", "retriever", "ranker", "gateway")
+
+
+def service_environment(settings: StackSettings) -> dict[str, str]:
+    """RECSERVE_<SERVICE>_* variables for every service, from the stack settings."""
+    host = settings.host
+    env: dict[str, str] = {}
+    for name in SERVICES:
+        prefix = f"RECSERVE_{name.upper()}_"
+        env[prefix + "HOST"] = host
+        env[prefix + "PORT"] = str(getattr(settings, f"{name}_port"))
+        env[prefix + "METRICS_PORT"] = str(settings.metrics_port(name))
+        env[prefix + "DATA_DIR"] = str(settings.data_dir)
+    env["RECSERVE_RANKER_TRITON_URL"] = f"{host}:{settings.triton_grpc_port}"
+    env["RECSERVE_GATEWAY_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
+    env["RECSERVE_GATEWAY_RETRIEVER_ADDR"] = f"{host}:{settings.retriever_port}"
+    env["RECSERVE_GATEWAY_RANKER_ADDR"] = f"{host}:{settings.ranker_port}"
+    return env
+
+
+def service_component(settings: StackSettings, name: str, env: dict[str, str]) -> Component:
+    address = f"{settings.host}:{getattr(settings, f'{name}_port')}"
+    return Component(
+        name=name,
+        argv=[str(settings.python), "-u", "-m", f"services.{name}"],
+        ready=functools.partial(grpc_serving, address),
+        env=env,
+        cwd=ROOT,
+        address=address,
+    )
+
+
+def stack_components(settings: StackSettings) -> list[Component]:
+    env = {**os.environ, **service_environment(settings), "PYTHONUNBUFFERED": "1"}
+    triton_url = f"http://{settings.host}:{settings.triton_http_port}"
+    envoy_admin = f"http://{settings.host}:{settings.envoy_admin_port}"
+    components = [
+        Component(
+            name="triton",
+            argv=triton.command(settings, triton.available_models(settings)),
+            ready=functools.partial(http_ok, f"{triton_url}/v2/health/ready"),
+            env=triton.environment(settings),
+            address=f"{settings.host}:{settings.triton_grpc_port}",
+        ),
+        *(service_component(settings, name, env) for name in SERVICES),
+        Component(
+            name="envoy",
+            argv=[
+                envoy.envoy_binary(),
+                "-c",
+                str(envoy.write_config(settings)),
+                "--log-level",
+                "warn",
+                # Several Envoys may share a machine (tests); no hot restart.
+                "--disable-hot-restart",
+            ],
+            ready=functools.partial(http_ok, f"{envoy_admin}/ready"),
+            address=f"{settings.host}:{settings.envoy_port}",
+        ),
+    ]
+    return components

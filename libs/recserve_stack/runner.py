@@ -1,0 +1,174 @@
+"""Starts components as child processes, waits for each to be ready, and
+stops them all, leaving nothing behind.
+
+Each component runs in its own process group (so a stop reaches its children,
+such as Triton's python-backend stubs) and asks the kernel to signal it if
+the runner dies. Log lines are prefixed with the component's name and kept in
+``<data_dir>/logs/<name>.log``; the tail of a failed component is shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+ReadyCheck = Callable[[], Awaitable[bool]]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:
+    os.setsid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+    ready: ReadyCheck
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+    address: str = ""
+    process: asyncio.subprocess.Process | None = field(default=None, repr=False)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=30), repr=False)
+
+
+class ComponentFailed(RuntimeError):
+    def __init__(self, name: str, reason: str, tail: Sequence[str]) -> None:
+        super().__init__(f"{name} {reason}")
+        self.component = name
+        self.reason = reason
+        self.tail = list(tail)
+
+
+class Runner:
+    def __init__(
+        self,
+        components: Sequence[Component],
+        log_dir: Path,
+        out: TextIO = sys.stdout,
+        start_timeout_s: float = 120.0,
+        stop_timeout_s: float = 15.0,
+    ) -> None:
+        self.components = list(components)
+        self.log_dir = log_dir
+        self.out = out
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self._pumps: list[asyncio.Task[None]] = []
+        self._width = max(len(c.name) for c in self.components)
+
+    def say(self, line: str) -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    async def start(self) -> None:
+        """Spawns every component, then waits until all are ready.
+
+        Raises ComponentFailed naming the first that exits or is not ready in
+        time; the caller stops the rest.
+        """
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for component in self.components:
+            await self._spawn(component)
+        deadline = time.monotonic() + self.start_timeout_s
+        pending = {c.name: c for c in self.components}
+        while pending:
+            for name, component in list(pending.items()):
+                self._raise_if_exited(component)
+                try:
+                    ready = await asyncio.wait_for(component.ready(), 2.0)
+                except (TimeoutError, OSError):
+                    ready = False
+                if ready:
+                    self.say(f"{name:>{self._width}} | ready {component.address}".rstrip())
+                    del pending[name]
+            if pending and time.monotonic() > deadline:
+                name, component = next(iter(pending.items()))
+                raise ComponentFailed(
+                    name, f"not ready after {self.start_timeout_s:.0f}s", component.tail
+                )
+            if pending:
+                await asyncio.sleep(0.2)
+
+    def _raise_if_exited(self, component: Component) -> None:
+        process = component.process
+        if process is not None and process.returncode is not None:
+            raise ComponentFailed(
+                component.name, f"exited with code {process.returncode}", component.tail
+            )
+
+    async def _spawn(self, component: Component) -> None:
+        component.process = await asyncio.create_subprocess_exec(
+            *component.argv,
+            env=component.env,
+            cwd=component.cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=_child_setup,
+        )
+        self._pumps.append(asyncio.create_task(self._pump(component)))
+
+    async def _pump(self, component: Component) -> None:
+        assert component.process is not None and component.process.stdout is not None
+        prefix = f"{component.name:>{self._width}} | "
+        with (self.log_dir / f"{component.name}.log").open("a", encoding="utf-8") as log:
+            async for raw in component.process.stdout:
+                line = raw.decode("utf-8", "replace").rstrip()
+                component.tail.append(line)
+                log.write(line + "\n")
+                log.flush()
+                self.say(prefix + line)
+
+    async def wait_for_exit(self) -> Component:
+        """Returns the first component whose process exits."""
+        waits = {asyncio.create_task(c.process.wait()): c for c in self.components if c.process}
+        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return waits[next(iter(done))]
+
+    async def stop(self) -> None:
+        """SIGTERM in reverse start order, then SIGKILL whatever outlives the grace."""
+        running = [
+            c for c in reversed(self.components) if c.process and c.process.returncode is None
+        ]
+        for component in running:
+            self._signal(component, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout_s
+        for component in running:
+            assert component.process is not None
+            try:
+                await asyncio.wait_for(
+                    component.process.wait(), max(0.1, deadline - time.monotonic())
+                )
+            except TimeoutError:
+                self.say(f"{component.name:>{self._width}} | did not stop in time, killing")
+        for component in self.components:
+            # The group may hold children even after the leader exited.
+            self._signal(component, signal.SIGKILL)
+            if component.process and component.process.returncode is None:
+                await component.process.wait()
+        for pump in self._pumps:
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(pump, 2.0)
+
+    @staticmethod
+    def _signal(component: Component, signum: int) -> None:
+        if component.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(component.process.pid, signum)

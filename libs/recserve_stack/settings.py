@@ -1,0 +1,50 @@
+"""Ports and paths of the local stack, one place for all of them.
+
+Read from RECSERVE_STACK_* variables. The services get their own settings
+from these as RECSERVE_<SERVICE>_* variables (see ``components.py``), the
+same names the Compose files use.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class StackSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RECSERVE_STACK_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    data_dir: Path = ROOT / "data"
+    envoy_port: int = Field(8080, ge=1, le=65535)
+    envoy_admin_port: int = Field(9901, ge=1, le=65535)
+    gateway_port: int = Field(50051, ge=1, le=65535)
+    features_port: int = Field(50052, ge=1, le=65535)
+    retriever_port: int = Field(50053, ge=1, le=65535)
+    ranker_port: int = Field(50054, ge=1, le=65535)
+    triton_http_port: int = Field(8000, ge=1, le=65535)
+    triton_grpc_port: int = Field(8001, ge=1, le=65535)
+    triton_metrics_port: int = Field(8002, ge=1, le=65535)
+    # Prometheus /metrics of the services: gateway, features, retriever, ranker.
+    metrics_base_port: int = Field(9101, ge=1, le=65500)
+    triton_venv: Path = ROOT / ".venv-triton"
+    # Triton model repository; the pipeline generates it under the data dir.
+    triton_repository: Path | None = None
+    triton_models: list[str] = Field(default_factory=lambda: ["user_tower", "ranker"])
+    triton_config_name: str = ""
+    python: Path = Path(sys.executable)
+    start_timeout_s: float = Field(120.0, gt=0)
+    stop_timeout_s: float = Field(15.0, gt=0)
+
+    @property
+    def repository(self) -> Path:
+        return self.triton_repository or self.data_dir / "triton" / "repository"
+
+    def metrics_port(self, service: str) -> int:
+        order = ["gateway", "features", "retriever", "ranker"]
+        return self.metrics_base_port + order.index(service)

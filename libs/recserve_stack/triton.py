@@ -1,0 +1,90 @@
+"""How to start the tritonserver binary that ships in the nvidia-pytriton wheel.
+
+Facts from ../shared/DESIGN.md: the python backend needs a backend directory
+holding libtriton_python.so and the stub built for the running Python; the
+stub must bind this interpreter's libpython (LD_LIBRARY_PATH) and finds
+numpy/onnxruntime through the Triton environment's python3 first on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+from recserve_stack.settings import StackSettings
+
+
+def site_packages(venv: Path) -> Path:
+    found = sorted(venv.glob("lib/python3*/site-packages"))
+    if not found:
+        raise FileNotFoundError(f"no Triton environment at {venv}: run `make setup`")
+    return found[0]
+
+
+def backend_directory(settings: StackSettings) -> Path:
+    """A --backend-directory with python/ assembled from the wheel's parts."""
+    wheel = site_packages(settings.triton_venv) / "pytriton" / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    parts = {
+        "libtriton_python.so": wheel / "backends" / "python" / "libtriton_python.so",
+        "triton_python_backend_utils.py": wheel
+        / "backends"
+        / "python"
+        / "triton_python_backend_utils.py",
+        "triton_python_backend_stub": wheel
+        / "python_backend_stubs"
+        / version
+        / "triton_python_backend_stub",
+    }
+    target = settings.data_dir / "triton" / "backends" / "python"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, source in parts.items():
+        if not source.exists():
+            raise FileNotFoundError(f"Triton wheel is missing {source}")
+        link = target / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(source)
+    return target.parent
+
+
+def command(settings: StackSettings, models: list[str]) -> list[str]:
+    wheel = site_packages(settings.triton_venv) / "pytriton" / "tritonserver"
+    settings.repository.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(wheel / "bin" / "tritonserver"),
+        f"--model-repository={settings.repository}",
+        f"--backend-directory={backend_directory(settings)}",
+        "--model-control-mode=explicit",
+        "--strict-readiness=true",
+        f"--grpc-address={settings.host}",
+        f"--http-address={settings.host}",
+        f"--metrics-address={settings.host}",
+        f"--grpc-port={settings.triton_grpc_port}",
+        f"--http-port={settings.triton_http_port}",
+        f"--metrics-port={settings.triton_metrics_port}",
+        "--log-verbose=0",
+    ]
+    if settings.triton_config_name:
+        argv.append(f"--model-config-name={settings.triton_config_name}")
+    argv += [f"--load-model={name}" for name in models]
+    return argv
+
+
+def environment(settings: StackSettings) -> dict[str, str]:
+    site = site_packages(settings.triton_venv)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        [libdir, str(site / "nvidia_pytriton.libs"), env.get("LD_LIBRARY_PATH", "")]
+    ).rstrip(os.pathsep)
+    env["PATH"] = os.pathsep.join([str(settings.triton_venv / "bin"), env.get("PATH", "")])
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def available_models(settings: StackSettings) -> list[str]:
+    """The wanted models that the repository actually holds."""
+    return [m for m in settings.triton_models if (settings.repository / m).is_dir()]

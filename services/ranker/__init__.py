@@ -1,0 +1,1 @@
+"""The ranker service."""

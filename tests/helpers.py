@@ -1,0 +1,51 @@
+"""Test helpers: free ports and polling on a condition instead of sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return sorted(ports)
+
+
+def poll_until(
+    condition: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05, what: str = ""
+) -> T:
+    """Calls ``condition`` until it returns something truthy; fails after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or condition}")
+        time.sleep(interval_s)
+
+
+async def apoll_until(
+    condition: Callable[[], Awaitable[T]], timeout_s: float = 30.0, interval_s: float = 0.05
+) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {condition}")
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,99 @@
+"""The local stack runner with the real Envoy, Triton and service processes."""
+
+import socket
+
+import grpc
+import psutil
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from tests.helpers import poll_until
+from tests.stack import running_stack, start_stack, stop_stack, wait_ready
+
+
+def list_services(address: str) -> set[str]:
+    with grpc.insecure_channel(address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        reply = next(iter(stub.ServerReflectionInfo(iter([request]), timeout=5)))
+    return {s.name for s in reply.list_services_response.service}
+
+
+def test_stack_starts_serves_reflection_through_envoy_and_stops_clean(tmp_path):
+    with running_stack(tmp_path) as stack:
+        by_component: dict[str, list[str]] = {}
+        for line in stack.lines:
+            name, sep, rest = line.partition(" | ")
+            if sep:
+                by_component.setdefault(name.strip(), []).append(rest)
+        for name in ("triton", "features", "retriever", "ranker", "gateway", "envoy"):
+            assert any(rest.startswith("ready") for rest in by_component[name]), name
+        # Each component's own log lines arrive under its name.
+        assert any('"msg": "serving"' in rest for rest in by_component["features"])
+        assert any("Started GRPCInferenceService" in rest for rest in by_component["triton"])
+        services = poll_until(
+            lambda: list_services(stack.envoy_address), 30, 0.5, "reflection via Envoy"
+        )
+        assert "recserve.recommend.v1.RecommendService" in services
+        children = stack.descendants()
+        assert len(children) >= 6
+    assert stack.process.returncode == 0
+    assert "stack stopped" in stack.output()
+    poll_until(
+        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in children),
+        20,
+        0.1,
+        "every component process to exit",
+    )
+
+
+def test_one_component_failing_stops_the_rest_and_names_it(tmp_path):
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    taken = str(blocker.getsockname()[1])
+    try:
+        stack = start_stack(tmp_path, RECSERVE_STACK_ENVOY_PORT=taken)
+        seen: list[psutil.Process] = []
+
+        def exited() -> bool:
+            seen.extend(p for p in stack.descendants() if p not in seen)
+            return stack.process.poll() is not None
+
+        poll_until(exited, 240, 0.1, "the runner to give up")
+    finally:
+        blocker.close()
+    assert stack.process.returncode == 1
+    assert "envoy failed to start" in stack.output()
+    assert "last lines of envoy" in stack.output()
+    poll_until(
+        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in seen),
+        20,
+        0.1,
+        "every component process to exit",
+    )
+
+
+def test_runner_stops_cleanly_on_sigterm_before_ready(tmp_path):
+    stack = start_stack(tmp_path)
+    poll_until(lambda: len(stack.descendants()) >= 6, 60, 0.05, "components to spawn")
+    children = stack.descendants()
+    code = stop_stack(stack)
+    assert code in (0, 130)
+    poll_until(
+        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in children),
+        20,
+        0.1,
+        "every component process to exit",
+    )
+
+
+def test_wait_ready_helper_reports_early_exit(tmp_path):
+    stack = start_stack(tmp_path, RECSERVE_STACK_GATEWAY_PORT="0x")
+    try:
+        wait_ready(stack, timeout_s=30)
+    except AssertionError as failure:
+        assert "stack exited early" in str(failure)
+    else:
+        raise AssertionError("a bad setting should stop the runner")
+    finally:
+        stop_stack(stack)

@@ -1,0 +1,112 @@
+"""Starts the real stack through the same runner `make run` uses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from tests.helpers import free_ports, poll_until
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class RunningStack:
+    process: subprocess.Popen[str]
+    env: dict[str, str]
+    data_dir: Path
+    lines: list[str] = field(default_factory=list)
+
+    def port(self, name: str) -> int:
+        return int(self.env[f"RECSERVE_STACK_{name.upper()}_PORT"])
+
+    @property
+    def envoy_address(self) -> str:
+        return f"127.0.0.1:{self.port('envoy')}"
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+
+PORT_NAMES = [
+    "envoy",
+    "envoy_admin",
+    "gateway",
+    "features",
+    "retriever",
+    "ranker",
+    "triton_http",
+    "triton_grpc",
+    "triton_metrics",
+]
+
+
+def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
+    ports = free_ports(len(PORT_NAMES) + 4)
+    env = {**os.environ, "RECSERVE_STACK_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
+    for name, port in zip(PORT_NAMES, ports, strict=False):
+        env[f"RECSERVE_STACK_{name.upper()}_PORT"] = str(port)
+    env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(ports[-4])
+    env.update(overrides)
+    return env
+
+
+def start_stack(data_dir: Path, **overrides: str) -> RunningStack:
+    env = stack_env(data_dir, **overrides)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "recserve_stack", "up"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    stack = RunningStack(process, env, data_dir)
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            stack.lines.append(line.rstrip())
+
+    threading.Thread(target=pump, daemon=True).start()
+    return stack
+
+
+def wait_ready(stack: RunningStack, timeout_s: float = 240) -> None:
+    def ready() -> bool:
+        if stack.process.poll() is not None:
+            raise AssertionError(f"stack exited early:\n{stack.output()[-4000:]}")
+        return "recserve stack ready" in stack.lines
+
+    poll_until(ready, timeout_s, 0.2, "the stack to be ready")
+
+
+def stop_stack(stack: RunningStack, timeout_s: float = 60) -> int:
+    if stack.process.poll() is None:
+        stack.process.send_signal(signal.SIGTERM)
+    return stack.process.wait(timeout_s)
+
+
+@contextmanager
+def running_stack(data_dir: Path, **overrides: str) -> Iterator[RunningStack]:
+    stack = start_stack(data_dir, **overrides)
+    try:
+        wait_ready(stack)
+        yield stack
+    finally:
+        stop_stack(stack)

@@ -1,0 +1,26 @@
+import pytest
+
+from recserve_kit.deadlines import RETURN_MARGIN_S, outbound_timeout
+from recserve_kit.errors import DeadlineExhausted
+
+
+class FakeContext:
+    """Only time_remaining() is used by the deadline helpers."""
+
+    def __init__(self, remaining):
+        self.remaining = remaining
+
+    def time_remaining(self):
+        return self.remaining
+
+
+def test_outbound_timeout_is_the_smaller_of_cap_and_remaining():
+    assert outbound_timeout(FakeContext(1.0), cap_s=0.02) == 0.02
+    assert outbound_timeout(FakeContext(0.01), cap_s=0.02) == pytest.approx(0.01 - RETURN_MARGIN_S)
+    assert outbound_timeout(FakeContext(None), cap_s=0.02) == 0.02
+    assert outbound_timeout(None, cap_s=0.03) == 0.03
+
+
+def test_exhausted_budget_raises_before_calling():
+    with pytest.raises(DeadlineExhausted):
+        outbound_timeout(FakeContext(0.0005), cap_s=0.02)

@@ -1,0 +1,140 @@
+"""The kit's server: health transitions, graceful shutdown, error mapping."""
+
+import asyncio
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from recserve.features.v1 import features_pb2, features_pb2_grpc
+from recserve_kit.config import ServiceSettings
+from recserve_kit.errors import InvalidArgument
+from recserve_kit.health import DependencyProbe
+from recserve_kit.server import Registration, build_server
+
+SERVICE = "recserve.features.v1.FeatureService"
+
+
+class SlowFeatures(features_pb2_grpc.FeatureServiceServicer):
+    """Test double: a servicer whose calls take a while, or fail on purpose."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def GetUserFeatures(self, request, context):
+        if request.user_id == "bad":
+            raise InvalidArgument("user_id", "must not be 'bad'")
+        if request.user_id == "boom":
+            raise RuntimeError("secret internal detail")
+        self.entered.set()
+        await asyncio.sleep(0.5)
+        return features_pb2.GetUserFeaturesResponse(
+            user=features_pb2.UserFeatures(user_id=request.user_id, found=True)
+        )
+
+
+async def status(channel, service=""):
+    reply = await health_pb2_grpc.HealthStub(channel).Check(
+        health_pb2.HealthCheckRequest(service=service), timeout=2
+    )
+    return reply.status
+
+
+async def wait_status(channel, wanted, service=""):
+    for _ in range(200):
+        if await status(channel, service) == wanted:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{service!r} never became {wanted}")
+
+
+@pytest.fixture
+def settings():
+    return ServiceSettings(port=0, shutdown_grace_s=5, shutdown_drain_s=0.3)
+
+
+async def test_health_follows_dependency_probes(settings):
+    dependency_up = {"ok": False}
+
+    async def check() -> bool:
+        return dependency_up["ok"]
+
+    service = build_server(
+        "test",
+        settings,
+        [
+            Registration(
+                features_pb2_grpc.add_FeatureServiceServicer_to_server, SlowFeatures(), SERVICE
+            )
+        ],
+        probes=[DependencyProbe("store", check, interval_s=0.02)],
+    )
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            assert await status(channel) == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert await status(channel, SERVICE) == health_pb2.HealthCheckResponse.NOT_SERVING
+            dependency_up["ok"] = True
+            await wait_status(channel, health_pb2.HealthCheckResponse.SERVING)
+            await wait_status(channel, health_pb2.HealthCheckResponse.SERVING, SERVICE)
+            await wait_status(channel, health_pb2.HealthCheckResponse.SERVING, "dependency/store")
+            dependency_up["ok"] = False
+            await wait_status(channel, health_pb2.HealthCheckResponse.NOT_SERVING)
+            await wait_status(
+                channel, health_pb2.HealthCheckResponse.NOT_SERVING, "dependency/store"
+            )
+    finally:
+        await service.stop(0)
+
+
+async def test_graceful_shutdown_finishes_in_flight_call(settings):
+    servicer = SlowFeatures()
+    service = build_server(
+        "test",
+        settings,
+        [Registration(features_pb2_grpc.add_FeatureServiceServicer_to_server, servicer, SERVICE)],
+    )
+    await service.start()
+    async with grpc.aio.insecure_channel(service.address) as channel:
+        await wait_status(channel, health_pb2.HealthCheckResponse.SERVING)
+        stub = features_pb2_grpc.FeatureServiceStub(channel)
+        in_flight = asyncio.ensure_future(
+            stub.GetUserFeatures(features_pb2.GetUserFeaturesRequest(user_id="7"), timeout=5)
+        )
+        await servicer.entered.wait()
+        stopping = asyncio.create_task(service.stop())
+        # Health flips first, while the call is still running.
+        await wait_status(channel, health_pb2.HealthCheckResponse.NOT_SERVING)
+        assert not in_flight.done()
+        reply = await in_flight
+        assert reply.user.user_id == "7" and reply.user.found
+        await stopping
+
+
+async def test_domain_errors_map_to_status_without_leaking_text(settings):
+    service = build_server(
+        "test",
+        settings,
+        [
+            Registration(
+                features_pb2_grpc.add_FeatureServiceServicer_to_server, SlowFeatures(), SERVICE
+            )
+        ],
+    )
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            stub = features_pb2_grpc.FeatureServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as bad:
+                await stub.GetUserFeatures(features_pb2.GetUserFeaturesRequest(user_id="bad"))
+            assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert bad.value.details().startswith("user_id:")
+            with pytest.raises(grpc.aio.AioRpcError) as boom:
+                await stub.GetUserFeatures(features_pb2.GetUserFeaturesRequest(user_id="boom"))
+            assert boom.value.code() == grpc.StatusCode.INTERNAL
+            assert "secret" not in boom.value.details()
+            with pytest.raises(grpc.aio.AioRpcError) as unbuilt:
+                await stub.PushUserEvents(features_pb2.PushUserEventsRequest())
+            assert unbuilt.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await service.stop(0)
