@@ -39,7 +39,7 @@ artifacts: setup  ## data, models, indexes, Triton repository (skipped when up t
 	$(PY) -m pipelines build --data-dir $(DATA)
 
 run: artifacts  ## set everything up and serve the whole stack on 127.0.0.1
-	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up --demo
+	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up
 
 test: artifacts  ## set everything up and run every test
 	$(PY) -m pytest -q tests

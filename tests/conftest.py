@@ -1,4 +1,8 @@
-pytest_plugins = ()
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -7,3 +11,11 @@ def pytest_collection_modifyitems(config, items):
     items.sort(
         key=lambda item: next((v for k, v in order.items() if f"/{k}/" in str(item.fspath)), 3)
     )
+
+
+@pytest.fixture(scope="session")
+def built():
+    """The pipeline's output in ./data (make test builds it first; reused here)."""
+    from pipelines.build import build
+
+    return build(ROOT / "data")

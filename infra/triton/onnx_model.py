@@ -1,0 +1,50 @@
+"""Triton python-backend model that runs an ONNX graph with ONNX Runtime.
+
+Copied into each model version of the generated repository (CPU
+configuration). Triton hands ``execute`` every request of one dynamic batch;
+they are concatenated and run as ONE inference, then split back, which is
+what makes dynamic batching pay off.
+"""
+
+import json
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        options = ort.SessionOptions()
+        threads = int(
+            config.get("parameters", {}).get("intra_op_threads", {}).get("string_value", "1")
+        )
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(
+            os.path.join(version_dir, "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        self.inputs = [i["name"] for i in config["input"]]
+        self.outputs = [o["name"] for o in config["output"]]
+
+    def execute(self, requests):
+        columns = {name: [] for name in self.inputs}
+        for request in requests:
+            for name in self.inputs:
+                columns[name].append(pb_utils.get_input_tensor_by_name(request, name).as_numpy())
+        sizes = [len(a) for a in columns[self.inputs[0]]]
+        feed = {name: np.concatenate(parts) for name, parts in columns.items()}
+        results = self.session.run(self.outputs, feed)
+        responses = []
+        offset = 0
+        for size in sizes:
+            tensors = [
+                pb_utils.Tensor(name, result[offset : offset + size])
+                for name, result in zip(self.outputs, results, strict=True)
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            offset += size
+        return responses

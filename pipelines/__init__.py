@@ -1,0 +1,1 @@
+"""Offline pipeline: dataset, training, ONNX export, Triton repository, publish."""

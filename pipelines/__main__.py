@@ -1,0 +1,60 @@
+"""`python -m pipelines ...`: build the artifacts the stack serves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipelines.build import build as run_build
+from pipelines.evaluate import CUTOFFS
+
+app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def metrics_table(metrics: dict[str, dict[str, float]], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    columns = [f"recall@{k}" for k in CUTOFFS] + ["ndcg@10"]
+    table.add_column("model")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for name, values in metrics.items():
+        table.add_row(name, *(f"{values[c]:.4f}" for c in columns))
+    return table
+
+
+@app.command()
+def build(
+    data_dir: Annotated[Path, typer.Option(help="Where raw data and artifacts live.")] = Path(
+        "data"
+    ),
+) -> None:
+    """Dataset -> training -> ONNX -> evaluation -> Triton repository (idempotent)."""
+    result = run_build(data_dir, console=console)
+    console.print(metrics_table(result.metrics, f"held-out evaluation, artifact {result.version}"))
+    console.print(
+        f"artifact {result.directory} ({'reused' if result.reused else 'built'}); "
+        f"Triton versions {result.triton_versions}"
+    )
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Option(help="Output folder.")],
+    items: Annotated[int, typer.Option(min=1, max=5_000_000)] = 100_000,
+    users: Annotated[int, typer.Option(min=1)] = 10_000,
+    dim: Annotated[int, typer.Option(min=1)] = 64,
+    seed: int = 7,
+) -> None:
+    """Synthetic data with the same schemas, for benchmarks at scale."""
+    from pipelines.synthetic import write_synthetic
+
+    write_synthetic(out, items, users, dim, seed, console)
+
+
+if __name__ == "__main__":
+    app()

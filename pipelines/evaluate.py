@@ -1,0 +1,99 @@
+"""Offline evaluation on the held-out split, through the exported ONNX models.
+
+For each user: history = the whole training period, truth = the held-out
+items, already-seen items are never recommended. Reported: recall@10/50/100
+and NDCG@10 for popularity, exact two-tower retrieval, retrieval + ranking,
+and retrieval + the int8 ranker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pandas as pd
+from recserve_model.encoding import HISTORY_LEN
+
+from pipelines.dataset import Split, recent_items
+from pipelines.train import Inputs, seen_rows
+
+CUTOFFS = (10, 50, 100)
+RERANK_DEPTH = 200
+
+
+def session(path: Path) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def metrics_at(ranked: np.ndarray, truth: set[int]) -> dict[str, float]:
+    """ranked: item rows best first. Recall and NDCG against the truth set."""
+    hits = np.isin(ranked, list(truth))
+    out = {f"recall@{k}": float(hits[:k].sum() / len(truth)) for k in CUTOFFS}
+    gains = hits[:10] / np.log2(np.arange(2, 12))
+    ideal = (1 / np.log2(np.arange(2, 2 + min(10, len(truth))))).sum()
+    out["ndcg@10"] = float(gains.sum() / ideal)
+    return out
+
+
+def ranker_scores(
+    model: ort.InferenceSession,
+    rows: np.ndarray,
+    user_vector: np.ndarray,
+    user_features: np.ndarray,
+    inputs: Inputs,
+    retrieval: np.ndarray,
+) -> np.ndarray:
+    n = len(rows)
+    feed = {
+        "item_id": rows[:, None].astype(np.int64),
+        "user_vector": np.repeat(user_vector[None, :], n, axis=0),
+        "user_features": np.repeat(user_features[None, :], n, axis=0),
+        "item_features": inputs.item_features[rows],
+        "retrieval_score": retrieval[:, None].astype(np.float32),
+    }
+    return model.run(["score"], feed)[0][:, 0]
+
+
+def evaluate(
+    split: Split, inputs: Inputs, vectors: np.ndarray, models: dict[str, Path]
+) -> dict[str, dict[str, float]]:
+    encoder = inputs.encoder
+    train = split.train
+    recent = recent_items(train)
+    seen = seen_rows(train, encoder)
+    truth = seen_rows(split.test, encoder)
+    users = sorted(truth)
+    user_tower = session(models["user_tower"])
+    rankers = {"ranked": session(models["ranker"]), "ranked_int8": session(models["ranker_int8"])}
+    feats = np.stack([inputs.user_features[u] for u in users])
+    hist = np.stack([encoder.history(recent.get(u, [])) for u in users])
+    assert hist.shape[1] == HISTORY_LEN
+    u_vecs = user_tower.run(["user_vector"], {"user_features": feats, "history": hist})[0]
+    popularity_order = np.argsort(-inputs.popularity, kind="stable")
+    totals: dict[str, dict[str, float]] = {}
+
+    def add(name: str, ranked: np.ndarray, user: str) -> None:
+        for key, value in metrics_at(ranked, truth[user]).items():
+            totals.setdefault(name, {}).setdefault(key, 0.0)
+            totals[name][key] += value / len(users)
+
+    for i, user in enumerate(users):
+        blocked = np.zeros(len(vectors), dtype=bool)
+        blocked[list(seen.get(user, ()))] = True
+        blocked[0] = True
+        add("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)], user)
+        scores = vectors @ u_vecs[i]
+        scores[blocked] = -np.inf
+        retrieved = np.argsort(-scores, kind="stable")[:RERANK_DEPTH]
+        add("two_tower", retrieved, user)
+        for name, model in rankers.items():
+            s = ranker_scores(model, retrieved, u_vecs[i], feats[i], inputs, scores[retrieved])
+            add(name, retrieved[np.argsort(-s, kind="stable")], user)
+    return totals
+
+
+def as_table(metrics: dict[str, dict[str, float]]) -> pd.DataFrame:
+    return pd.DataFrame(metrics).T.round(4)

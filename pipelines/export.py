@@ -1,0 +1,91 @@
+"""ONNX export of the user tower and the ranker (fp32 and int8 tables).
+
+Uses torch's dynamo exporter with a dynamic batch axis; weights go to
+``model.onnx.data`` beside ``model.onnx`` (external data), the form that
+lets a table over 2 GB load at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+from recserve_model.encoding import HISTORY_LEN, EncodingSpec
+from torch import nn
+from torch.export import Dim
+
+from pipelines.models import Int8Ranker, Ranker, TwoTower
+
+USER_TOWER_INPUTS = ("user_features", "history")
+USER_TOWER_OUTPUTS = ("user_vector",)
+RANKER_INPUTS = ("item_id", "user_vector", "user_features", "item_features", "retrieval_score")
+RANKER_OUTPUTS = ("score",)
+
+
+def _export(
+    module: nn.Module,
+    args: tuple[torch.Tensor, ...],
+    input_names: tuple[str, ...],
+    output_names: tuple[str, ...],
+    path: Path,
+) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batch = Dim("batch", min=1, max=1 << 20)
+    dynamic = {name: {0: batch} for name in input_names}
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            module,
+            args,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_shapes=dynamic,
+            dynamo=True,
+            verbose=False,
+        )
+    assert program is not None
+    program.save(str(path), external_data=True)
+    return path
+
+
+class _UserTowerExport(nn.Module):
+    def __init__(self, model: TwoTower) -> None:
+        super().__init__()
+        self.user = model.user
+
+    def forward(self, user_features: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
+        return self.user(user_features, history)
+
+
+def example_user_inputs(spec: EncodingSpec, batch: int = 2) -> tuple[torch.Tensor, ...]:
+    return (
+        torch.zeros(batch, spec.user_dim),
+        torch.zeros(batch, HISTORY_LEN, dtype=torch.int64),
+    )
+
+
+def example_ranker_inputs(spec: EncodingSpec, batch: int = 3) -> tuple[torch.Tensor, ...]:
+    return (
+        torch.zeros(batch, 1, dtype=torch.int64),
+        torch.zeros(batch, spec.embedding_dim),
+        torch.zeros(batch, spec.user_dim),
+        torch.zeros(batch, spec.item_dim),
+        torch.zeros(batch, 1),
+    )
+
+
+def export_user_tower(model: TwoTower, spec: EncodingSpec, path: Path) -> Path:
+    return _export(
+        _UserTowerExport(model).eval(),
+        example_user_inputs(spec),
+        USER_TOWER_INPUTS,
+        USER_TOWER_OUTPUTS,
+        path,
+    )
+
+
+def export_ranker(model: Ranker | Int8Ranker, spec: EncodingSpec, path: Path) -> Path:
+    return _export(model.eval(), example_ranker_inputs(spec), RANKER_INPUTS, RANKER_OUTPUTS, path)

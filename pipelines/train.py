@@ -1,0 +1,228 @@
+"""Training of the two-tower retriever and the ranking model (CPU, PyTorch)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
+from rich.progress import Progress
+
+from pipelines.dataset import Split
+from pipelines.models import Ranker, TwoTower
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    dim: int = 64
+    tower_epochs: int = 10
+    ranker_epochs: int = 8
+    batch_size: int = 512
+    lr: float = 3e-3
+    ranker_candidates: int = 100
+    seed: int = 7
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Inputs:
+    """Encoded users and items, indexed by embedding row / user id."""
+
+    encoder: Encoder
+    item_features: np.ndarray  # [num_rows, I], row 0 (OOV) all zeros
+    user_features: dict[str, np.ndarray]  # user_id -> [U]
+    popularity: np.ndarray  # [num_rows] training interaction counts
+
+
+def build_spec(items: pd.DataFrame, users: pd.DataFrame, dim: int) -> EncodingSpec:
+    genres = sorted({g for gs in items["genres"] for g in gs})
+    return EncodingSpec(
+        item_ids=list(items["item_id"]),
+        genres=genres,
+        occupations=sorted(users["occupation"].unique()),
+        embedding_dim=dim,
+    )
+
+
+def encode_inputs(spec: EncodingSpec, tables: dict[str, pd.DataFrame]) -> Inputs:
+    encoder = Encoder(spec)
+    items = tables["item_profile"].merge(tables["item_stats"], on="item_id")
+    item_features = np.zeros((spec.num_rows, spec.item_dim), dtype=np.float32)
+    popularity = np.zeros(spec.num_rows, dtype=np.float64)
+    for row in items.itertuples():
+        r = encoder.row_of[row.item_id]
+        item_features[r] = encoder.item(row.year, row.popularity, row.mean_rating, row.genres)
+        popularity[r] = row.popularity
+    users = tables["user_profile"].merge(tables["user_activity"], on="user_id", how="left")
+    user_features = {
+        row.user_id: encoder.user(
+            row.age, row.gender, row.occupation, row.rating_count, row.mean_rating
+        )
+        for row in users.fillna({"rating_count": 0, "mean_rating": 0.0}).itertuples()
+    }
+    return Inputs(encoder, item_features, user_features, popularity)
+
+
+def histories_before_each(
+    frame: pd.DataFrame, encoder: Encoder
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every interaction: the user's earlier items (most recent first) and its row."""
+    ordered = frame.sort_values(["user_id", "timestamp", "item_id"], kind="stable")
+    rows = encoder.item_rows(list(ordered["item_id"]))
+    history = np.zeros((len(ordered), HISTORY_LEN), dtype=np.int64)
+    starts = ordered.groupby("user_id", sort=False).cumcount().to_numpy()
+    for offset in range(1, HISTORY_LEN + 1):
+        valid = starts >= offset
+        history[valid, offset - 1] = rows[np.nonzero(valid)[0] - offset]
+    return history, rows, ordered["user_id"].to_numpy()
+
+
+def train_two_tower(
+    split: Split, inputs: Inputs, config: TrainConfig, progress: Progress
+) -> TwoTower:
+    torch.manual_seed(config.seed)
+    spec = inputs.encoder.spec
+    model = TwoTower(spec.num_rows, spec.user_dim, spec.item_dim, config.dim)
+    history, rows, user_ids = histories_before_each(split.tower_train, inputs.encoder)
+    user_feats = np.stack([inputs.user_features[u] for u in user_ids])
+    counts = np.bincount(rows, minlength=spec.num_rows).astype(np.float64)
+    log_q = torch.tensor(np.log(np.maximum(counts, 1.0) / counts.sum()), dtype=torch.float32)
+    item_feats = torch.from_numpy(inputs.item_features)
+    t_hist, t_rows = torch.from_numpy(history), torch.from_numpy(rows)
+    t_users = torch.from_numpy(user_feats)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    generator = torch.Generator().manual_seed(config.seed)
+    steps = (len(rows) + config.batch_size - 1) // config.batch_size
+    task = progress.add_task("train two-tower", total=config.tower_epochs * steps)
+    model.train()
+    for _ in range(config.tower_epochs):
+        order = torch.randperm(len(rows), generator=generator)
+        for start in range(0, len(rows), config.batch_size):
+            idx = order[start : start + config.batch_size]
+            b_rows = t_rows[idx]
+            u = model.user(t_users[idx], t_hist[idx])
+            v = model.item(b_rows, item_feats[b_rows])
+            # In-batch sampled softmax with log-Q correction: popular items show
+            # up as negatives more often, so their logits are discounted by
+            # their sampling log-probability.
+            logits = (u @ v.T) * model.log_scale.exp() - log_q[b_rows][None, :]
+            same = b_rows[:, None] == b_rows[None, :]
+            logits = logits.masked_fill(same & ~torch.eye(len(idx), dtype=torch.bool), -1e9)
+            loss = F.cross_entropy(logits, torch.arange(len(idx)))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            progress.advance(task)
+    model.eval()
+    return model
+
+
+@torch.no_grad()
+def item_vectors(model: TwoTower, inputs: Inputs) -> np.ndarray:
+    rows = torch.arange(inputs.encoder.spec.num_rows)
+    return model.item(rows, torch.from_numpy(inputs.item_features)).numpy()
+
+
+@torch.no_grad()
+def user_vectors(
+    model: TwoTower, inputs: Inputs, users: list[str], recent: pd.Series
+) -> np.ndarray:
+    feats = torch.from_numpy(np.stack([inputs.user_features[u] for u in users]))
+    hist = torch.from_numpy(np.stack([inputs.encoder.history(recent.get(u, [])) for u in users]))
+    return model.user(feats, hist).numpy()
+
+
+def seen_rows(frame: pd.DataFrame, encoder: Encoder) -> dict[str, set[int]]:
+    return {
+        user: set(encoder.item_rows(list(items)))
+        for user, items in frame.groupby("user_id")["item_id"]
+    }
+
+
+def train_ranker(
+    split: Split,
+    inputs: Inputs,
+    tower: TwoTower,
+    vectors: np.ndarray,
+    config: TrainConfig,
+    progress: Progress,
+) -> Ranker:
+    """Learns to re-rank the two-tower's candidates for the ranker window.
+
+    ``inputs`` must be encoded from features as of the end of the
+    tower-training period (point-in-time correct). Candidates are the tower's
+    top-N unseen items; labels are the items each user went on to rate in the
+    ranker window.
+    """
+    from pipelines.dataset import recent_items
+
+    torch.manual_seed(config.seed)
+    encoder = inputs.encoder
+    spec = encoder.spec
+    users = sorted(split.ranker_train["user_id"].unique())
+    recent = recent_items(split.tower_train)
+    u_vecs = user_vectors(tower, inputs, users, recent)
+    seen = seen_rows(split.tower_train, encoder)
+    targets = seen_rows(split.ranker_train, encoder)
+    scores = u_vecs @ vectors.T
+    scores[:, 0] = -np.inf
+    n = config.ranker_candidates
+    cand = np.zeros((len(users), n), dtype=np.int64)
+    label = np.zeros((len(users), n), dtype=np.float32)
+    for i, user in enumerate(users):
+        s = scores[i].copy()
+        s[list(seen.get(user, ()))] = -np.inf
+        top = np.argsort(-s, kind="stable")[:n]
+        # Train on what serving will see: the tower's own top-n. Adding the
+        # positives it missed would teach "low retrieval score is good".
+        wanted = np.fromiter(targets[user], dtype=np.int64)
+        cand[i] = top
+        label[i] = np.isin(top, wanted)
+    t_cand = torch.from_numpy(cand)
+    t_label = torch.from_numpy(label)
+    t_retrieval = torch.from_numpy(np.take_along_axis(scores, cand, 1).astype(np.float32))
+    t_uvec = torch.from_numpy(u_vecs)
+    t_ufeat = torch.from_numpy(np.stack([inputs.user_features[u] for u in users]))
+    item_feats = torch.from_numpy(inputs.item_features)
+    model = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, config.dim)
+    with torch.no_grad():
+        # Start the id table from the item tower's embeddings.
+        model.table.copy_(tower.item.id_embedding.weight)
+        # Start as the tower's own softmax: retrieval score at its temperature.
+        model.retrieval_weight.copy_(tower.log_scale.exp())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr / 3, weight_decay=0.05)
+    generator = torch.Generator().manual_seed(config.seed)
+    users_per_step = max(1, config.batch_size // n) * 4
+    steps = (len(users) + users_per_step - 1) // users_per_step
+    task = progress.add_task("train ranker", total=config.ranker_epochs * steps)
+    model.train()
+    for _ in range(config.ranker_epochs):
+        order = torch.randperm(len(users), generator=generator)
+        for start in range(0, len(users), users_per_step):
+            u = order[start : start + users_per_step]
+            rows = t_cand[u].reshape(-1, 1)
+            b = len(u)
+            logit = model(
+                rows,
+                t_uvec[u].repeat_interleave(n, 0),
+                t_ufeat[u].repeat_interleave(n, 0),
+                item_feats[rows.squeeze(-1)],
+                t_retrieval[u].reshape(-1, 1),
+            ).reshape(b, n)
+            # Listwise: softmax over each user's candidates, averaged over
+            # that user's positives.
+            log_p = F.log_softmax(logit, dim=1)
+            pos = t_label[u]
+            loss = -((log_p * pos).sum(1) / pos.sum(1).clamp(min=1)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            progress.advance(task)
+    model.eval()
+    return model

@@ -1,0 +1,154 @@
+"""Generates the Triton model repository from a model artifact.
+
+Each model gets two configurations, chosen with ``--model-config-name``:
+  config.pbtxt       CPU: python backend running ONNX Runtime (KIND_CPU), the
+                     local default with the tritonserver from the pytriton wheel
+  configs/gpu.pbtxt  GPU: onnxruntime backend (KIND_GPU) with TensorRT FP16
+Both read the same version folder (model.py, model.onnx, model.onnx.data).
+
+Batching choices (see docs/benchmarks.md for the measurements):
+  ranker: one batch row is one (user, candidate) pair, so requests with any
+    number of candidates merge; max_batch_size 4096 holds about 20 requests
+    of 200 candidates. The queue delay is a few ms at most: the gateway's
+    whole budget is 100 ms and the rank stage gets about 20 ms of it.
+  user_tower: one row per user; small batches, same short window.
+
+Triton versions are integers; ``versions.json`` in each model folder maps
+them to artifact versions, and the newest two are kept for rollback.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from recserve_model.encoding import HISTORY_LEN, EncodingSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON_MODEL = ROOT / "infra" / "triton" / "onnx_model.py"
+KEEP_VERSIONS = 2
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dtype: str
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    source: str  # folder in the artifact holding model.onnx
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    max_batch_size: int
+    cpu_queue_delay_us: int
+    gpu_queue_delay_us: int
+
+
+def model_specs(spec: EncodingSpec) -> list[ModelSpec]:
+    d = spec.embedding_dim
+    ranker_io = (
+        (
+            Tensor("item_id", "TYPE_INT64", (1,)),
+            Tensor("user_vector", "TYPE_FP32", (d,)),
+            Tensor("user_features", "TYPE_FP32", (spec.user_dim,)),
+            Tensor("item_features", "TYPE_FP32", (spec.item_dim,)),
+            Tensor("retrieval_score", "TYPE_FP32", (1,)),
+        ),
+        (Tensor("score", "TYPE_FP32", (1,)),),
+    )
+    return [
+        ModelSpec(
+            "user_tower",
+            "user_tower",
+            (
+                Tensor("user_features", "TYPE_FP32", (spec.user_dim,)),
+                Tensor("history", "TYPE_INT64", (HISTORY_LEN,)),
+            ),
+            (Tensor("user_vector", "TYPE_FP32", (d,)),),
+            max_batch_size=256,
+            cpu_queue_delay_us=1000,
+            gpu_queue_delay_us=500,
+        ),
+        ModelSpec("ranker", "ranker", *ranker_io, 4096, 2000, 1000),
+        ModelSpec("ranker_int8", "ranker_int8", *ranker_io, 4096, 2000, 1000),
+    ]
+
+
+def _tensors(kind: str, tensors: tuple[Tensor, ...]) -> str:
+    body = ",\n".join(
+        f'  {{ name: "{t.name}" data_type: {t.dtype} dims: [ {", ".join(map(str, t.dims))} ] }}'
+        for t in tensors
+    )
+    return f"{kind} [\n{body}\n]\n"
+
+
+def cpu_config(model: ModelSpec) -> str:
+    return (
+        f'name: "{model.name}"\nbackend: "python"\nmax_batch_size: {model.max_batch_size}\n'
+        + _tensors("input", model.inputs)
+        + _tensors("output", model.outputs)
+        + "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
+        + f"dynamic_batching {{ max_queue_delay_microseconds: {model.cpu_queue_delay_us} }}\n"
+        + "version_policy: { latest: { num_versions: 1 } }\n"
+        + 'parameters { key: "intra_op_threads" value { string_value: "2" } }\n'
+    )
+
+
+def gpu_config(model: ModelSpec) -> str:
+    return (
+        f'name: "{model.name}"\nbackend: "onnxruntime"\nmax_batch_size: {model.max_batch_size}\n'
+        + _tensors("input", model.inputs)
+        + _tensors("output", model.outputs)
+        + "instance_group [ { kind: KIND_GPU count: 1 } ]\n"
+        + f"dynamic_batching {{ max_queue_delay_microseconds: {model.gpu_queue_delay_us} }}\n"
+        + "version_policy: { latest: { num_versions: 1 } }\n"
+        + "optimization { execution_accelerators { gpu_execution_accelerator: [ {\n"
+        + '  name: "tensorrt"\n'
+        + '  parameters { key: "precision_mode" value: "FP16" }\n'
+        + '  parameters { key: "max_workspace_size_bytes" value: "1073741824" }\n'
+        + "} ] } }\n"
+    )
+
+
+def read_versions(model_dir: Path) -> dict[int, str]:
+    path = model_dir / "versions.json"
+    if not path.exists():
+        return {}
+    return {int(k): v for k, v in json.loads(path.read_text()).items()}
+
+
+def publish_model(repository: Path, model: ModelSpec, artifact: Path, version: str) -> int:
+    """Adds the artifact's model as a new Triton version (or finds it); returns it."""
+    model_dir = repository / model.name
+    versions = read_versions(model_dir)
+    existing = [n for n, v in versions.items() if v == version]
+    (model_dir / "configs").mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.pbtxt").write_text(cpu_config(model))
+    (model_dir / "configs" / "gpu.pbtxt").write_text(gpu_config(model))
+    if existing and (model_dir / str(existing[0]) / "model.onnx").exists():
+        return existing[0]
+    number = max(versions, default=0) + 1
+    staging = model_dir / f".{number}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for name in ("model.onnx", "model.onnx.data"):
+        shutil.copy2(artifact / model.source / name, staging / name)
+    shutil.copy2(PYTHON_MODEL, staging / "model.py")
+    staging.rename(model_dir / str(number))
+    versions[number] = version
+    for old in sorted(versions)[:-KEEP_VERSIONS]:
+        shutil.rmtree(model_dir / str(old), ignore_errors=True)
+        del versions[old]
+    (model_dir / "versions.json").write_text(json.dumps(versions, indent=2, sort_keys=True))
+    return number
+
+
+def generate(repository: Path, artifact: Path, version: str) -> dict[str, int]:
+    spec = EncodingSpec.load(artifact / "encoding.json")
+    repository.mkdir(parents=True, exist_ok=True)
+    return {m.name: publish_model(repository, m, artifact, version) for m in model_specs(spec)}

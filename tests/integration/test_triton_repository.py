@@ -1,0 +1,97 @@
+"""The real Triton server loads the generated repository and returns what
+ONNX Runtime returns, for one batched request and for concurrent singles."""
+
+import asyncio
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import tritonclient.grpc.aio as triton_aio
+from recserve_model.encoding import EncodingSpec
+from tritonclient.grpc import InferInput, InferRequestedOutput
+
+from pipelines.triton_repo import model_specs
+from tests.triton_server import running_triton
+
+MODELS = ["user_tower", "ranker", "ranker_int8"]
+
+
+@pytest.fixture(scope="module")
+def triton(built, tmp_path_factory):
+    repository = built.directory.parents[1] / "triton" / "repository"
+    with running_triton(tmp_path_factory.mktemp("triton"), repository, MODELS) as server:
+        yield server
+
+
+def make_inputs(spec: EncodingSpec, model: str, n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    if model == "user_tower":
+        history = rng.integers(0, spec.num_rows, (n, 20)).astype(np.int64)
+        return {
+            "user_features": rng.random((n, spec.user_dim)).astype(np.float32),
+            "history": history,
+        }
+    return {
+        "item_id": rng.integers(0, spec.num_rows, (n, 1)).astype(np.int64),
+        "user_vector": rng.standard_normal((n, spec.embedding_dim)).astype(np.float32) / 8,
+        "user_features": rng.random((n, spec.user_dim)).astype(np.float32),
+        "item_features": rng.random((n, spec.item_dim)).astype(np.float32),
+        "retrieval_score": rng.random((n, 1)).astype(np.float32),
+    }
+
+
+async def infer(client, model: str, feed: dict[str, np.ndarray], output: str) -> np.ndarray:
+    inputs = []
+    for name, array in feed.items():
+        tensor = InferInput(name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    result = await client.infer(model, inputs, outputs=[InferRequestedOutput(output)])
+    return result.as_numpy(output)
+
+
+OUTPUT = {"user_tower": "user_vector", "ranker": "score", "ranker_int8": "score"}
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_batched_request_matches_onnxruntime(built, triton, model):
+    spec = EncodingSpec.load(built.directory / "encoding.json")
+    feed = make_inputs(spec, model, 200, seed=5)
+    expected = ort.InferenceSession(str(built.directory / model / "model.onnx")).run(None, feed)[0]
+    async with triton_aio.InferenceServerClient(triton.grpc_url) as client:
+        got = await infer(client, model, feed, OUTPUT[model])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+async def test_concurrent_single_requests_match_and_are_batched(built, triton):
+    spec = EncodingSpec.load(built.directory / "encoding.json")
+    feed = make_inputs(spec, "ranker", 256, seed=9)
+    expected = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx")).run(None, feed)[
+        0
+    ]
+    async with triton_aio.InferenceServerClient(triton.grpc_url) as client:
+        before = await client.get_inference_statistics("ranker", as_json=True)
+        singles = [{k: v[i : i + 1] for k, v in feed.items()} for i in range(256)]
+        results = await asyncio.gather(*(infer(client, "ranker", f, "score") for f in singles))
+        after = await client.get_inference_statistics("ranker", as_json=True)
+    np.testing.assert_allclose(np.concatenate(results), expected, rtol=1e-5, atol=1e-6)
+
+    def counts(stats):
+        s = stats["model_stats"][0]
+        return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
+
+    inferences = counts(after)[0] - counts(before)[0]
+    executions = counts(after)[1] - counts(before)[1]
+    assert inferences == 256
+    assert executions < inferences, (inferences, executions)
+
+
+def test_repository_has_cpu_and_gpu_configs(built):
+    repository = built.directory.parents[1] / "triton" / "repository"
+    spec = EncodingSpec.load(built.directory / "encoding.json")
+    for model in model_specs(spec):
+        cpu = (repository / model.name / "config.pbtxt").read_text()
+        gpu = (repository / model.name / "configs" / "gpu.pbtxt").read_text()
+        assert 'backend: "python"' in cpu and "KIND_CPU" in cpu
+        assert 'backend: "onnxruntime"' in gpu and "KIND_GPU" in gpu and "FP16" in gpu
+        assert "max_queue_delay_microseconds" in cpu and "max_queue_delay_microseconds" in gpu

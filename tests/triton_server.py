@@ -1,0 +1,76 @@
+"""Starts the real tritonserver (pytriton wheel) the way the stack runner does."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from recserve_stack import triton
+from recserve_stack.probes import http_ok
+from recserve_stack.settings import StackSettings
+from tests.helpers import free_ports, poll_until
+
+
+@dataclass
+class TritonProcess:
+    process: subprocess.Popen[bytes]
+    settings: StackSettings
+    log: Path
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.settings.triton_grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.triton_http_port}"
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"tritonserver exited:\n{self.log.read_text()[-3000:]}")
+        return asyncio.run(http_ok(f"{self.http_url}/v2/health/ready"))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_triton(data_dir: Path, repository: Path, models: list[str]) -> TritonProcess:
+    http, grpc_port, metrics = free_ports(3)
+    settings = StackSettings(
+        data_dir=data_dir,
+        triton_repository=repository,
+        triton_http_port=http,
+        triton_grpc_port=grpc_port,
+        triton_metrics_port=metrics,
+    )
+    log = data_dir / "triton.log"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            triton.command(settings, models),
+            env=triton.environment(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return TritonProcess(process, settings, log)
+
+
+@contextmanager
+def running_triton(data_dir: Path, repository: Path, models: list[str]) -> Iterator[TritonProcess]:
+    server = start_triton(data_dir, repository, models)
+    try:
+        poll_until(server.ready, 120, 0.2, "Triton ready")
+        yield server
+    finally:
+        server.stop()
