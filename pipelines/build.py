@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from recserve_model import artifacts
 from rich.console import Console
 from rich.progress import Progress
 
-from pipelines import artifacts, dataset, evaluate, export, triton_repo
+from pipelines import dataset, evaluate, export, triton_repo
 from pipelines.models import Int8Ranker
 from pipelines.train import (
     TrainConfig,

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -49,3 +50,14 @@ async def apoll_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {condition}")
         await asyncio.sleep(interval_s)
+
+
+def data_dir_with_artifacts(tmp: Path, built_data_dir: Path) -> Path:
+    """A fresh data dir that shares the built (read-only) artifacts."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "artifacts").symlink_to(built_data_dir / "artifacts", target_is_directory=True)
+    (tmp / "triton").mkdir(exist_ok=True)
+    (tmp / "triton" / "repository").symlink_to(
+        built_data_dir / "triton" / "repository", target_is_directory=True
+    )
+    return tmp

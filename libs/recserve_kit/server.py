@@ -59,6 +59,8 @@ class Service:
     probes: Sequence[DependencyProbe] = ()
     cleanups: list[Cleanup] = field(default_factory=list)
     on_start: list[Cleanup] = field(default_factory=list)
+    # The service's domain object, for in-process tests and wiring.
+    domain: Any = None
 
     @property
     def address(self) -> str:

@@ -2,17 +2,92 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+
 from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
 from services.retriever.config import RetrieverSettings
+from services.retriever.domain import Generations, Retriever
 from services.retriever.servicer import RetrieverServicer
 
 SERVICE_NAME = "recserve.retriever.v1.RetrieverService"
+log = logging.getLogger(__name__)
+
+
+def generations_for(settings: RetrieverSettings) -> Generations:
+    state_dir = settings.data_dir / "qdrant" / settings.collection
+    if not settings.qdrant_url:
+        from services.retriever.edge_store import EdgeStore
+
+        return Generations(
+            state_dir,
+            create=lambda name, dim: EdgeStore.create(
+                state_dir / name, name, dim, settings.hnsw_m, settings.hnsw_ef_construct
+            ),
+            open_=lambda name, dim: EdgeStore.open(state_dir / name, name, dim),
+        )
+    from services.retriever.server_store import ServerStore, connect
+
+    client = connect(settings.qdrant_url)
+    alias = settings.collection
+    return Generations(
+        state_dir,
+        create=lambda name, dim: ServerStore.create(
+            client, f"{alias}_{name}", name, dim, settings.hnsw_m, settings.hnsw_ef_construct
+        ),
+        open_=lambda name, dim: ServerStore(client, f"{alias}_{name}", name, dim),
+        publish=lambda store: store.switch_alias(alias),  # type: ignore[attr-defined]
+    )
 
 
 async def create_server(settings: RetrieverSettings) -> Service:
-    servicer = RetrieverServicer()
-    registration = Registration(
-        retriever_pb2_grpc.add_RetrieverServiceServicer_to_server, servicer, SERVICE_NAME
+    retriever = Retriever(settings, generations_for(settings))
+    if settings.qdrant_url != ":memory:":
+        retriever.open_current()
+
+    async def collection_loaded() -> bool:
+        return retriever.ready
+
+    service = build_server(
+        "retriever",
+        settings,
+        [
+            Registration(
+                retriever_pb2_grpc.add_RetrieverServiceServicer_to_server,
+                RetrieverServicer(retriever),
+                SERVICE_NAME,
+            )
+        ],
+        probes=[DependencyProbe("collection", collection_loaded, interval_s=0.2)],
     )
-    return build_server("retriever", settings, [registration])
+    watcher: asyncio.Task[None] | None = None
+
+    async def watch_artifacts() -> None:
+        # Picks up a newly published artifact (and bootstraps an empty store).
+        while True:
+            try:
+                await retriever.refresh_from_artifacts()
+            except Exception:
+                log.exception("bulk refresh failed; still serving the previous generation")
+            if not settings.refresh_interval_s:
+                return
+            await asyncio.sleep(settings.refresh_interval_s)
+
+    async def start_watcher() -> None:
+        nonlocal watcher
+        watcher = asyncio.create_task(watch_artifacts())
+
+    async def stop() -> None:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        retriever.close()
+
+    service.on_start.append(start_watcher)
+    service.cleanups.append(stop)
+    service.domain = retriever
+    return service

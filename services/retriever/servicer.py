@@ -1,9 +1,73 @@
-"""gRPC servicer of the retriever service: proto <-> domain, nothing else."""
+"""gRPC servicer of the retriever: proto <-> domain, nothing else."""
 
 from __future__ import annotations
 
+import grpc
+
+from recserve.retriever.v1 import retriever_pb2 as pb
 from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit.errors import InvalidArgument
+from services.retriever.domain import Retriever
+from services.retriever.store import SearchFilter
+
+
+def to_filter(message: pb.SearchFilter) -> SearchFilter:
+    return SearchFilter(
+        tuple(message.categories), tuple(message.exclude_item_ids), message.include_inactive
+    )
+
+
+def scored(hits: list[tuple[str, float]]) -> list[pb.ScoredItem]:
+    return [pb.ScoredItem(item_id=item_id, score=score) for item_id, score in hits]
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
-    """RPCs not built yet answer UNIMPLEMENTED (the generated base class)."""
+    def __init__(self, retriever: Retriever) -> None:
+        self.retriever = retriever
+
+    async def Search(
+        self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchResponse:
+        hits, generation = self.retriever.search(
+            request.vector, request.k, to_filter(request.filter), request.ef
+        )
+        return pb.SearchResponse(items=scored(hits), generation=generation)
+
+    async def SimilarItems(
+        self, request: pb.SimilarItemsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SimilarItemsResponse:
+        hits, generation = self.retriever.similar(
+            request.item_id, request.k, to_filter(request.filter)
+        )
+        return pb.SimilarItemsResponse(items=scored(hits), generation=generation)
+
+    async def UpsertItems(
+        self, request: pb.UpsertItemsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpsertItemsResponse:
+        records = self.retriever.to_records(
+            [(i.item_id, i.vector, i.categories, i.active, i.title, i.year) for i in request.items]
+        )
+        return pb.UpsertItemsResponse(upserted=await self.retriever.upsert(records))
+
+    async def DeleteItems(
+        self, request: pb.DeleteItemsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteItemsResponse:
+        if request.mode not in (pb.DELETE_MODE_SOFT, pb.DELETE_MODE_HARD):
+            raise InvalidArgument("mode", "must be DELETE_MODE_SOFT or DELETE_MODE_HARD")
+        deleted = await self.retriever.delete(
+            list(request.item_ids), hard=request.mode == pb.DELETE_MODE_HARD
+        )
+        return pb.DeleteItemsResponse(deleted=deleted)
+
+    async def GetInfo(
+        self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetInfoResponse:
+        info = self.retriever.info()
+        state = "indexed" if info.indexed_count >= info.point_count else "indexing"
+        return pb.GetInfoResponse(
+            point_count=info.point_count,
+            dimension=info.dimension,
+            index_state=state,
+            generation=info.generation,
+            backend=info.backend,
+        )

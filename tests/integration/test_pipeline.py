@@ -7,9 +7,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from recserve_model import artifacts
 from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 
-from pipelines import artifacts
 from pipelines.build import build
 from pipelines.export import RANKER_INPUTS
 from pipelines.models import Int8Ranker, Ranker, TwoTower

@@ -1,0 +1,137 @@
+"""The embedded backend: one Qdrant Edge shard per generation, on disk, WAL on."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import qdrant_edge as qe
+
+from services.retriever.store import (
+    STATE_FIELD,
+    ItemRecord,
+    SearchFilter,
+    StoreInfo,
+    point_id,
+    soft_deleted_payload,
+)
+
+# Only the id string comes back with a hit; the rest of the payload stays put.
+ID_ONLY = ["item_id"]
+
+
+def build_filter(flt: SearchFilter) -> qe.Filter | None:
+    must: list[object] = []
+    must_not: list[object] = []
+    if not flt.include_inactive:
+        must.append(qe.FieldCondition(key=STATE_FIELD, match=qe.MatchValue("active")))
+    if flt.categories:
+        must.append(qe.FieldCondition(key="categories", match=qe.MatchAny(list(flt.categories))))
+    if flt.exclude_item_ids:
+        must_not.append(qe.HasIdCondition({point_id(i) for i in flt.exclude_item_ids}))
+    if not must and not must_not:
+        return None
+    return qe.Filter(must=must or None, must_not=must_not or None)
+
+
+class EdgeStore:
+    backend = "qdrant-edge"
+
+    def __init__(self, path: Path, shard: qe.EdgeShard, generation: str, dimension: int) -> None:
+        self.path = path
+        self.shard = shard
+        self.generation = generation
+        self.dimension = dimension
+
+    @classmethod
+    def create(
+        cls, path: Path, generation: str, dimension: int, m: int, ef_construct: int
+    ) -> EdgeStore:
+        config = qe.EdgeConfig(
+            vectors=qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine),
+            hnsw_config=qe.HnswIndexConfig(m=m, ef_construct=ef_construct, full_scan_threshold=10),
+            # Index every segment (threshold in KB): even a small catalogue is
+            # served from HNSW, the path the benchmarks measure.
+            optimizers=qe.EdgeOptimizersConfig(indexing_threshold=1),
+            wal_enabled=True,
+        )
+        shard = qe.EdgeShard.create(str(path), config)
+        shard.update(
+            qe.UpdateOperation.create_field_index(STATE_FIELD, qe.PayloadSchemaType.Keyword)
+        )
+        shard.update(
+            qe.UpdateOperation.create_field_index("categories", qe.PayloadSchemaType.Keyword)
+        )
+        return cls(path, shard, generation, dimension)
+
+    @classmethod
+    def open(cls, path: Path, generation: str, dimension: int) -> EdgeStore:
+        return cls(path, qe.EdgeShard.load(str(path)), generation, dimension)
+
+    def search(
+        self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int
+    ) -> list[tuple[str, float]]:
+        hits = self.shard.query(
+            qe.QueryRequest(
+                limit=k,
+                query=qe.Query.Nearest(vector.tolist()),
+                filter=build_filter(flt),
+                params=qe.SearchParams(hnsw_ef=ef),
+                with_payload=ID_ONLY,
+            )
+        )
+        return [(hit.payload["item_id"], hit.score) for hit in hits]
+
+    def vector_of(self, item_id: str) -> np.ndarray | None:
+        records = self.shard.retrieve([point_id(item_id)], with_payload=False, with_vector=True)
+        if not records:
+            return None
+        vector = records[0].vector
+        if isinstance(vector, dict):
+            vector = next(iter(vector.values()))
+        return np.asarray(vector, dtype=np.float32)
+
+    def upsert(self, items: Sequence[ItemRecord]) -> None:
+        points = [
+            qe.Point(id=point_id(i.item_id), vector=i.vector.tolist(), payload=i.payload())
+            for i in items
+        ]
+        self.shard.update(qe.UpdateOperation.upsert_points(points))
+
+    def _existing(self, item_ids: Sequence[str]) -> list[int]:
+        ids = [point_id(i) for i in item_ids]
+        return [r.id for r in self.shard.retrieve(ids, with_payload=False, with_vector=False)]
+
+    def soft_delete(self, item_ids: Sequence[str]) -> int:
+        found = self._existing(item_ids)
+        if found:
+            self.shard.update(qe.UpdateOperation.set_payload(found, soft_deleted_payload()))
+        return len(found)
+
+    def hard_delete(self, item_ids: Sequence[str]) -> int:
+        found = self._existing(item_ids)
+        if found:
+            self.shard.update(qe.UpdateOperation.delete_points(found))
+        return len(found)
+
+    def build_index(self) -> None:
+        self.shard.optimize()
+
+    def info(self) -> StoreInfo:
+        info = self.shard.info()
+        return StoreInfo(
+            info.points_count,
+            info.indexed_vectors_count,
+            self.dimension,
+            self.generation,
+            self.backend,
+        )
+
+    def close(self) -> None:
+        self.shard.flush()
+        self.shard.close()
+
+    def drop(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)

@@ -1,0 +1,102 @@
+"""What the retriever needs from a vector database, and the id mapping.
+
+Qdrant point ids are unsigned integers or UUIDs; our item ids are strings.
+Decimal ids map to themselves (so ML-100K's "42" is point 42), others to a
+stable 63-bit hash. The original string is kept in the payload either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+MAX_NUMERIC_ID = (1 << 63) - 1
+
+# Filters match the keyword field ``state`` rather than the bool ``active``:
+# qdrant-edge-py 0.9.0 sends MatchValue(True) as the integer 1, which never
+# matches a bool payload (measured; see docs/design.md). Both are written.
+STATE_FIELD = "state"
+
+
+def state_of(active: bool) -> str:
+    return "active" if active else "inactive"
+
+
+def soft_deleted_payload() -> dict[str, object]:
+    return {"active": False, STATE_FIELD: state_of(False)}
+
+
+def point_id(item_id: str) -> int:
+    if item_id.isdigit() and len(item_id) < 19 and not (len(item_id) > 1 and item_id[0] == "0"):
+        return int(item_id)
+    digest = hashlib.blake2b(item_id.encode(), digest_size=8).digest()
+    # High bit set keeps hashed ids apart from every decimal id below 2**63.
+    return int.from_bytes(digest, "big") | (1 << 63)
+
+
+@dataclass(frozen=True)
+class ItemRecord:
+    item_id: str
+    vector: np.ndarray
+    categories: tuple[str, ...] = ()
+    active: bool = True
+    title: str = ""
+    year: int = 0
+
+    def payload(self) -> dict[str, object]:
+        return {
+            "item_id": self.item_id,
+            "categories": list(self.categories),
+            "active": self.active,
+            "state": state_of(self.active),
+            "title": self.title,
+            "year": self.year,
+        }
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    categories: tuple[str, ...] = ()
+    exclude_item_ids: tuple[str, ...] = ()
+    include_inactive: bool = False
+
+
+@dataclass
+class StoreInfo:
+    point_count: int
+    indexed_count: int
+    dimension: int
+    generation: str
+    backend: str
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class VectorStore(Protocol):
+    """One generation of the item collection."""
+
+    generation: str
+    dimension: int
+
+    def search(
+        self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int
+    ) -> list[tuple[str, float]]: ...
+
+    def vector_of(self, item_id: str) -> np.ndarray | None: ...
+
+    def upsert(self, items: Sequence[ItemRecord]) -> None: ...
+
+    def soft_delete(self, item_ids: Sequence[str]) -> int: ...
+
+    def hard_delete(self, item_ids: Sequence[str]) -> int: ...
+
+    def build_index(self) -> None: ...
+
+    def info(self) -> StoreInfo: ...
+
+    def close(self) -> None: ...
+
+    def drop(self) -> None: ...
