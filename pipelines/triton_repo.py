@@ -14,7 +14,9 @@ Batching choices (see docs/benchmarks.md for the measurements):
   user_tower: one row per user; small batches, same short window.
 
 Triton versions are integers; ``versions.json`` in each model folder maps
-them to artifact versions, and the newest two are kept for rollback.
+them to artifact versions. The newest two stay on disk and loaded
+(``latest: 2``): the ranker pins a version per request, so switching, or
+rolling back, is instant and drops nothing.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def cpu_config(model: ModelSpec) -> str:
         + _tensors("output", model.outputs)
         + "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
         + f"dynamic_batching {{ max_queue_delay_microseconds: {model.cpu_queue_delay_us} }}\n"
-        + "version_policy: { latest: { num_versions: 1 } }\n"
+        + "version_policy: { latest: { num_versions: 2 } }\n"
         + 'parameters { key: "intra_op_threads" value { string_value: "2" } }\n'
     )
 
@@ -106,7 +108,7 @@ def gpu_config(model: ModelSpec) -> str:
         + _tensors("output", model.outputs)
         + "instance_group [ { kind: KIND_GPU count: 1 } ]\n"
         + f"dynamic_batching {{ max_queue_delay_microseconds: {model.gpu_queue_delay_us} }}\n"
-        + "version_policy: { latest: { num_versions: 1 } }\n"
+        + "version_policy: { latest: { num_versions: 2 } }\n"
         + "optimization { execution_accelerators { gpu_execution_accelerator: [ {\n"
         + '  name: "tensorrt"\n'
         + '  parameters { key: "precision_mode" value: "FP16" }\n'

@@ -34,6 +34,11 @@ class TritonProcess:
             raise AssertionError(f"tritonserver exited:\n{self.log.read_text()[-3000:]}")
         return asyncio.run(http_ok(f"{self.http_url}/v2/health/ready"))
 
+    @property
+    def ports(self) -> list[int]:
+        s = self.settings
+        return [s.triton_http_port, s.triton_grpc_port, s.triton_metrics_port]
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -44,8 +49,10 @@ class TritonProcess:
                 self.process.wait()
 
 
-def start_triton(data_dir: Path, repository: Path, models: list[str]) -> TritonProcess:
-    http, grpc_port, metrics = free_ports(3)
+def start_triton(
+    data_dir: Path, repository: Path, models: list[str], ports: list[int] | None = None
+) -> TritonProcess:
+    http, grpc_port, metrics = ports or free_ports(3)
     settings = StackSettings(
         data_dir=data_dir,
         triton_repository=repository,
@@ -55,7 +62,7 @@ def start_triton(data_dir: Path, repository: Path, models: list[str]) -> TritonP
     )
     log = data_dir / "triton.log"
     data_dir.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
+    with log.open("ab") as out:
         process = subprocess.Popen(
             triton.command(settings, models),
             env=triton.environment(settings),

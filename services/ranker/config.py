@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -11,5 +13,20 @@ from recserve_kit.config import ServiceSettings
 class RankerSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="RECSERVE_RANKER_", extra="ignore", frozen=True)
 
-    port: int = Field(50054, ge=1, le=65535)
+    port: int = Field(50054, ge=0, le=65535)
     triton_url: str = Field("127.0.0.1:8001", description="Triton's gRPC address.")
+    ranking_model: str = Field("ranker", description="'ranker' (fp32) or 'ranker_int8'.")
+    user_model: str = "user_tower"
+    max_candidates: int = Field(1000, ge=1, le=10000)
+    triton_timeout_s: float = Field(
+        0.5, gt=0, description="Cap on one Triton call; the caller's deadline can shorten it."
+    )
+    health_interval_s: float = Field(0.5, gt=0)
+    triton_repository: Path | None = Field(
+        None,
+        description="Model repository (for versions.json); default <data_dir>/triton/repository.",
+    )
+
+    @property
+    def repository(self) -> Path:
+        return self.triton_repository or self.data_dir / "triton" / "repository"

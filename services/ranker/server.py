@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
 from services.ranker.config import RankerSettings
+from services.ranker.domain import Ranker
 from services.ranker.servicer import RankerServicer
 
 SERVICE_NAME = "recserve.ranker.v1.RankerService"
 
 
 async def create_server(settings: RankerSettings) -> Service:
-    servicer = RankerServicer()
-    registration = Registration(
-        ranker_pb2_grpc.add_RankerServiceServicer_to_server, servicer, SERVICE_NAME
+    ranker = Ranker(settings)
+    service = build_server(
+        "ranker",
+        settings,
+        [
+            Registration(
+                ranker_pb2_grpc.add_RankerServiceServicer_to_server,
+                RankerServicer(ranker),
+                SERVICE_NAME,
+            )
+        ],
+        # Ready only while Triton serves the pinned versions of both models.
+        probes=[DependencyProbe("triton", ranker.models_ready, settings.health_interval_s, 2.0)],
     )
-    return build_server("ranker", settings, [registration])
+    service.cleanups.append(ranker.close)
+    service.domain = ranker
+    return service

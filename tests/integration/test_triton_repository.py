@@ -77,8 +77,11 @@ async def test_concurrent_single_requests_match_and_are_batched(built, triton):
     np.testing.assert_allclose(np.concatenate(results), expected, rtol=1e-5, atol=1e-6)
 
     def counts(stats):
-        s = stats["model_stats"][0]
-        return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
+        # One entry per loaded version (the newest two); sum them.
+        return (
+            sum(int(s.get("inference_count", 0)) for s in stats["model_stats"]),
+            sum(int(s.get("execution_count", 0)) for s in stats["model_stats"]),
+        )
 
     inferences = counts(after)[0] - counts(before)[0]
     executions = counts(after)[1] - counts(before)[1]

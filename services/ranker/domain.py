@@ -1,0 +1,260 @@
+"""The ranker's domain: encode features, call Triton, name the model version.
+
+One persistent ``tritonclient.grpc.aio`` client serves every request. Each
+inference pins the Triton version number of the artifact in use, so every
+response names exactly the model that produced it. ``load`` switches
+versions without a failed request: Triton first loads the new version next
+to the old one, the pin moves, then the old version is unloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import tritonclient.grpc.aio as triton_aio
+from recserve_model import artifacts
+from recserve_model.encoding import Encoder, EncodingSpec
+from tritonclient.grpc import InferInput, InferRequestedOutput, KeepAliveOptions
+from tritonclient.utils import InferenceServerException
+
+from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.ranker.config import RankerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UserInput:
+    age: float
+    gender: str
+    occupation: str
+    rating_count: float
+    mean_rating: float
+    recent_item_ids: Sequence[str]
+
+
+@dataclass(frozen=True)
+class CandidateInput:
+    item_id: str
+    year: float
+    popularity: float
+    mean_rating: float
+    categories: Sequence[str]
+    retrieval_score: float
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The artifact version in use and its Triton version numbers."""
+
+    version: str
+    user_model_version: int
+    ranking_model_version: int
+    encoder: Encoder
+
+
+def read_versions(settings: RankerSettings, model: str) -> dict[str, int]:
+    path = settings.repository / model / "versions.json"
+    if not path.exists():
+        return {}
+    return {artifact: int(number) for number, artifact in json.loads(path.read_text()).items()}
+
+
+def tensor(name: str, array: np.ndarray) -> InferInput:
+    t = InferInput(name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32")
+    t.set_data_from_numpy(array)
+    return t
+
+
+class Ranker:
+    def __init__(self, settings: RankerSettings) -> None:
+        self.settings = settings
+        self.client = triton_aio.InferenceServerClient(
+            settings.triton_url,
+            keepalive_options=KeepAliveOptions(
+                keepalive_time_ms=10_000,
+                keepalive_timeout_ms=5_000,
+                keepalive_permit_without_calls=True,
+            ),
+        )
+        self.loaded: Loaded | None = None
+        self._load_lock = asyncio.Lock()
+
+    # -- model versions --------------------------------------------------------
+
+    def _resolve(self, version: str) -> Loaded:
+        user = read_versions(self.settings, self.settings.user_model)
+        ranking = read_versions(self.settings, self.settings.ranking_model)
+        if version not in user or version not in ranking:
+            raise NotFound(f"model version {version!r} is not in the Triton repository")
+        directory = artifacts.artifacts_root(self.settings.data_dir) / version
+        artifacts.verify(directory)
+        spec = EncodingSpec.load(directory / "encoding.json")
+        return Loaded(version, user[version], ranking[version], Encoder(spec))
+
+    def _newest_version(self) -> str:
+        ranking = read_versions(self.settings, self.settings.ranking_model)
+        if not ranking:
+            raise FailedPrecondition("the Triton repository holds no ranking model")
+        return max(ranking, key=lambda v: ranking[v])
+
+    async def models_ready(self) -> bool:
+        """Health: Triton answers and both models of the pinned version are ready."""
+        loaded = self.loaded
+        if loaded is None:
+            try:
+                await self.load(self._newest_version(), initial=True)
+            except (InferenceServerException, FailedPrecondition, NotFound, OSError) as exc:
+                log.debug("initial load not possible yet: %s", exc)
+                return False
+            loaded = self.loaded
+            assert loaded is not None
+        try:
+            return bool(
+                await self.client.is_model_ready(
+                    self.settings.user_model, str(loaded.user_model_version)
+                )
+                and await self.client.is_model_ready(
+                    self.settings.ranking_model, str(loaded.ranking_model_version)
+                )
+            )
+        except InferenceServerException:
+            return False
+
+    async def _ensure_loaded(self, model: str, number: int) -> None:
+        if await self.client.is_model_ready(model, str(number)):
+            return
+        # Reloading re-reads the repository: new versions load beside the ones
+        # serving, which keep answering until the policy (latest 2) drops them.
+        await self.client.load_model(model)
+        if not await self.client.is_model_ready(model, str(number)):
+            raise FailedPrecondition(
+                f"{model} version {number} is not loaded; only the newest two are kept"
+            )
+
+    async def load(self, version: str, initial: bool = False) -> Loaded:
+        async with self._load_lock:
+            target = self._resolve(version)
+            if self.loaded is not None and self.loaded.version == version:
+                return self.loaded
+            await self._ensure_loaded(self.settings.user_model, target.user_model_version)
+            await self._ensure_loaded(self.settings.ranking_model, target.ranking_model_version)
+            # Requests in flight finish on the version they pinned; new ones
+            # pin the new version from here on.
+            self.loaded = target
+            if not initial:
+                log.info("switched model version", extra={"fields": {"version": version}})
+            return target
+
+    def _current(self) -> Loaded:
+        if self.loaded is None:
+            raise Unavailable("no model loaded yet")
+        return self.loaded
+
+    # -- inference -------------------------------------------------------------
+
+    def user_arrays(self, encoder: Encoder, user: UserInput) -> tuple[np.ndarray, np.ndarray]:
+        features = encoder.user(
+            user.age, user.gender, user.occupation, user.rating_count, user.mean_rating
+        )
+        return features[None, :], encoder.history(user.recent_item_ids)[None, :]
+
+    async def _infer(
+        self, model: str, version: int, inputs: list[InferInput], output: str, timeout_s: float
+    ) -> np.ndarray:
+        try:
+            result = await self.client.infer(
+                model,
+                inputs,
+                model_version=str(version),
+                outputs=[InferRequestedOutput(output)],
+                client_timeout=timeout_s,
+            )
+        except InferenceServerException as exc:
+            status = str(exc.status() or "")
+            if "DEADLINE" in status:
+                raise Unavailable("Triton did not answer within the deadline") from None
+            raise Unavailable(f"Triton {model} inference failed") from exc
+        array = result.as_numpy(output)
+        assert array is not None
+        return array
+
+    async def embed_user(self, user: UserInput, timeout_s: float) -> tuple[np.ndarray, str]:
+        loaded = self._current()
+        features, history = self.user_arrays(loaded.encoder, user)
+        vector = await self._infer(
+            self.settings.user_model,
+            loaded.user_model_version,
+            [tensor("user_features", features), tensor("history", history)],
+            "user_vector",
+            timeout_s,
+        )
+        return vector[0], loaded.version
+
+    async def score(
+        self,
+        user: UserInput,
+        candidates: Sequence[CandidateInput],
+        user_vector: Sequence[float],
+        timeout_s: float,
+    ) -> tuple[np.ndarray, str, int]:
+        if not candidates:
+            raise InvalidArgument("candidates", "is empty")
+        if len(candidates) > self.settings.max_candidates:
+            raise InvalidArgument(
+                "candidates", f"at most {self.settings.max_candidates}, got {len(candidates)}"
+            )
+        loaded = self._current()
+        encoder = loaded.encoder
+        dim = encoder.spec.embedding_dim
+        if user_vector:
+            if len(user_vector) != dim:
+                raise InvalidArgument(
+                    "user_vector", f"has {len(user_vector)} values; expected {dim}"
+                )
+            vector = np.asarray(user_vector, dtype=np.float32)
+        else:
+            vector, _ = await self.embed_user(user, timeout_s)
+        n = len(candidates)
+        rows = encoder.item_rows([c.item_id for c in candidates])
+        item_features = np.stack(
+            [encoder.item(c.year, c.popularity, c.mean_rating, c.categories) for c in candidates]
+        )
+        user_features, _ = self.user_arrays(encoder, user)
+        inputs = [
+            tensor("item_id", rows[:, None]),
+            tensor("user_vector", np.repeat(vector[None, :], n, axis=0)),
+            tensor("user_features", np.repeat(user_features, n, axis=0)),
+            tensor("item_features", item_features),
+            tensor(
+                "retrieval_score",
+                np.asarray([c.retrieval_score for c in candidates], dtype=np.float32)[:, None],
+            ),
+        ]
+        scores = await self._infer(
+            self.settings.ranking_model, loaded.ranking_model_version, inputs, "score", timeout_s
+        )
+        return scores[:, 0], loaded.version, int((rows == 0).sum())
+
+    async def model_info(self) -> list[tuple[str, str, str]]:
+        index = await self.client.get_model_repository_index(as_json=True)
+        loaded = self.loaded
+        names = {self.settings.user_model, self.settings.ranking_model}
+        out = []
+        for model in index.get("models", []):
+            if model.get("name") in names:
+                number = model.get("version", "")
+                versions = read_versions(self.settings, model["name"])
+                artifact = next((a for a, n in versions.items() if str(n) == number), number)
+                out.append((model["name"], artifact, model.get("state", "")))
+        if loaded is not None and not out:
+            out.append((self.settings.ranking_model, loaded.version, "READY"))
+        return out
+
+    async def close(self) -> None:
+        await self.client.close()

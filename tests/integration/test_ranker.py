@@ -1,0 +1,302 @@
+"""The ranker service against the real Triton: scores equal ONNX Runtime's,
+concurrent requests are batched, a reload under load drops nothing, input
+limits hold, and health follows Triton."""
+
+import asyncio
+import shutil
+
+import grpc
+import numpy as np
+import onnxruntime as ort
+import pandas as pd
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from recserve_model.encoding import Encoder, EncodingSpec
+
+from pipelines.triton_repo import model_specs, publish_model
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.ranker.v1 import ranker_pb2 as pb
+from recserve.ranker.v1 import ranker_pb2_grpc
+from services.ranker.config import RankerSettings
+from services.ranker.server import create_server
+from tests.helpers import apoll_until
+from tests.triton_server import running_triton, start_triton
+
+
+@pytest.fixture(scope="module")
+def setup(built, tmp_path_factory):
+    """A writable copy of the repository, with a second artifact version."""
+    root = tmp_path_factory.mktemp("ranker")
+    repository = root / "triton" / "repository"
+    source = built.directory.parents[1] / "triton" / "repository"
+    shutil.copytree(source, repository, symlinks=True)
+    (root / "artifacts").mkdir()
+    (root / "artifacts" / built.version).symlink_to(built.directory)
+    second = built.version + "-b"
+    (root / "artifacts" / second).symlink_to(built.directory)
+    spec = EncodingSpec.load(built.directory / "encoding.json")
+    for model in model_specs(spec):
+        if model.name in ("user_tower", "ranker"):
+            publish_model(repository, model, built.directory, second)
+    return root, repository, second
+
+
+@pytest.fixture(scope="module")
+def triton(setup):
+    root, repository, _ = setup
+    with running_triton(root / "triton-run", repository, ["user_tower", "ranker"]) as server:
+        yield server
+
+
+@pytest.fixture
+async def ranker(setup, triton):
+    root, repository, _ = setup
+    settings = RankerSettings(
+        port=0,
+        data_dir=root,
+        triton_url=triton.grpc_url,
+        triton_repository=repository,
+        shutdown_drain_s=0,
+        health_interval_s=0.1,
+    )
+    service = await create_server(settings)
+    await service.start()
+    await apoll_until(lambda: service.domain.models_ready(), 60)
+    channel = grpc.aio.insecure_channel(service.address)
+    yield ranker_pb2_grpc.RankerServiceStub(channel), service, channel
+    await channel.close()
+    await service.stop(0)
+
+
+def user_message(row):
+    return fpb.UserFeatures(
+        user_id=row.user_id,
+        found=True,
+        age=int(row.age),
+        gender=row.gender,
+        occupation=row.occupation,
+        rating_count=int(row.rating_count),
+        mean_rating=float(row.mean_rating),
+        recent_item_ids=list(row.recent_item_ids),
+    )
+
+
+@pytest.fixture(scope="module")
+def catalog(built):
+    f = built.directory / "features"
+    users = pd.read_parquet(f / "user_profile.parquet").merge(
+        pd.read_parquet(f / "user_activity.parquet"), on="user_id"
+    )
+    items = pd.read_parquet(f / "item_profile.parquet").merge(
+        pd.read_parquet(f / "item_stats.parquet"), on="item_id"
+    )
+    return users, items
+
+
+def candidates(items, n, offset=0):
+    rows = items.iloc[offset : offset + n]
+    return [
+        pb.Candidate(
+            item_id=r.item_id,
+            retrieval_score=0.1 * (i % 7),
+            features=fpb.ItemFeatures(
+                item_id=r.item_id,
+                found=True,
+                title=r.title,
+                year=int(r.year),
+                categories=list(r.genres),
+                popularity=int(r.popularity),
+                mean_rating=float(r.mean_rating),
+            ),
+        )
+        for i, r in enumerate(rows.itertuples())
+    ]
+
+
+async def test_scores_equal_onnxruntime_offline(built, ranker, catalog):
+    stub, _, _ = ranker
+    users, items = catalog
+    user = users.iloc[3]
+    encoder = Encoder(EncodingSpec.load(built.directory / "encoding.json"))
+    embedded = await stub.EmbedUser(pb.EmbedUserRequest(user=user_message(user)))
+    uf = encoder.user(user.age, user.gender, user.occupation, user.rating_count, user.mean_rating)
+    hist = encoder.history(list(user.recent_item_ids))
+    expected_vector = ort.InferenceSession(str(built.directory / "user_tower" / "model.onnx")).run(
+        None, {"user_features": uf[None, :], "history": hist[None, :]}
+    )[0][0]
+    np.testing.assert_allclose(embedded.vector, expected_vector, rtol=1e-5, atol=1e-6)
+    newest = built.version + "-b"  # the ranker starts on the newest version
+    assert embedded.model_version == newest
+
+    cands = candidates(items, 200)
+    reply = await stub.Score(
+        pb.ScoreRequest(user=user_message(user), candidates=cands, user_vector=embedded.vector)
+    )
+    n = len(cands)
+    feed = {
+        "item_id": encoder.item_rows([c.item_id for c in cands])[:, None],
+        "user_vector": np.repeat(np.asarray(embedded.vector, np.float32)[None, :], n, 0),
+        "user_features": np.repeat(uf[None, :], n, 0),
+        "item_features": np.stack(
+            [
+                encoder.item(
+                    c.features.year,
+                    c.features.popularity,
+                    c.features.mean_rating,
+                    c.features.categories,
+                )
+                for c in cands
+            ]
+        ),
+        "retrieval_score": np.asarray([[c.retrieval_score] for c in cands], np.float32),
+    }
+    expected = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx")).run(None, feed)[
+        0
+    ][:, 0]
+    np.testing.assert_allclose(reply.scores, expected, rtol=1e-5, atol=1e-5)
+    assert reply.model_version == newest and reply.unknown_item_count == 0
+    # Without a vector, the ranker computes it: same scores.
+    again = await stub.Score(pb.ScoreRequest(user=user_message(user), candidates=cands))
+    np.testing.assert_allclose(again.scores, reply.scores, rtol=1e-5, atol=1e-5)
+
+
+async def test_concurrent_requests_are_batched(ranker, catalog, triton):
+    import tritonclient.grpc.aio as triton_aio
+
+    stub, _, _ = ranker
+    users, items = catalog
+    async with triton_aio.InferenceServerClient(triton.grpc_url) as client:
+
+        def counts(stats):
+            # One entry per loaded version; sum them.
+            requests = sum(
+                int(s["inference_stats"]["success"].get("count", 0)) for s in stats["model_stats"]
+            )
+            executions = sum(int(s.get("execution_count", 0)) for s in stats["model_stats"])
+            return requests, executions
+
+        before = counts(await client.get_inference_statistics("ranker", as_json=True))
+        vector = [0.1] * 64
+        replies = await asyncio.gather(
+            *(
+                stub.Score(
+                    pb.ScoreRequest(
+                        user=user_message(users.iloc[i]),
+                        candidates=candidates(items, 50, i),
+                        user_vector=vector,
+                    )
+                )
+                for i in range(64)
+            )
+        )
+        after = counts(await client.get_inference_statistics("ranker", as_json=True))
+    assert all(len(r.scores) == 50 for r in replies)
+    requests, executions = after[0] - before[0], after[1] - before[1]
+    assert requests == 64
+    assert executions < requests, (requests, executions)
+
+
+async def test_input_limits_and_unknown_ids(ranker, catalog):
+    stub, _, _ = ranker
+    users, items = catalog
+    user = user_message(users.iloc[0])
+    too_many = candidates(items, 1) * 1001
+    for request, field in [
+        (pb.ScoreRequest(user=user, candidates=too_many), "candidates"),
+        (pb.ScoreRequest(user=user), "candidates"),
+        (
+            pb.ScoreRequest(user=user, candidates=candidates(items, 3), user_vector=[1.0, 2.0]),
+            "user_vector",
+        ),
+        (pb.ScoreRequest(user=user, candidates=[pb.Candidate()]), "candidates[0].item_id"),
+    ]:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.Score(request)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert raised.value.details().startswith(field)
+    known = candidates(items, 2)
+    unknown = pb.Candidate(item_id="never-seen-item", features=fpb.ItemFeatures(year=1990))
+    reply = await stub.Score(pb.ScoreRequest(user=user, candidates=[*known, unknown]))
+    assert len(reply.scores) == 3 and reply.unknown_item_count == 1
+    assert all(np.isfinite(reply.scores))
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stub.LoadModel(pb.LoadModelRequest(version="no-such-version"))
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_model_reload_under_load_fails_no_request(ranker, catalog, setup, built):
+    stub, _, _ = ranker
+    _, _, second = setup
+    users, items = catalog
+    stop = asyncio.Event()
+    versions_seen = []
+    failures = []
+
+    async def load_loop(seed):
+        n = 0
+        while not stop.is_set():
+            try:
+                reply = await stub.Score(
+                    pb.ScoreRequest(
+                        user=user_message(users.iloc[(seed + n) % len(users)]),
+                        candidates=candidates(items, 100, n % 50),
+                    ),
+                    timeout=10,
+                )
+                versions_seen.append(reply.model_version)
+            except grpc.aio.AioRpcError as exc:
+                failures.append(exc.code())
+            n += 1
+
+    loops = [asyncio.create_task(load_loop(s)) for s in range(4)]
+    await apoll_until(lambda: asyncio.sleep(0, versions_seen.count(second) >= 5), 30)
+    # Switch to the previous version (a rollback) under load, then forward.
+    loaded = await stub.LoadModel(pb.LoadModelRequest(version=built.version))
+    assert loaded.model_version == built.version
+    await apoll_until(lambda: asyncio.sleep(0, versions_seen.count(built.version) >= 5), 30)
+    forward = await stub.LoadModel(pb.LoadModelRequest(version=second))
+    assert forward.model_version == second
+    seen_before = len(versions_seen)
+    await apoll_until(lambda: asyncio.sleep(0, len(versions_seen) >= seen_before + 5), 30)
+    stop.set()
+    await asyncio.gather(*loops)
+    assert failures == []
+    assert versions_seen[-1] == second
+    info = await stub.GetModelInfo(pb.GetModelInfoRequest())
+    assert {m.version for m in info.models} >= {second, built.version}
+
+
+async def test_not_serving_while_triton_is_down(setup, tmp_path):
+    root, repository, _ = setup
+    server = start_triton(tmp_path / "t", repository, ["user_tower", "ranker"])
+    ports = server.ports
+    try:
+        await apoll_until(lambda: asyncio.to_thread(server.ready), 120)
+        settings = RankerSettings(
+            port=0,
+            data_dir=root,
+            triton_url=server.grpc_url,
+            triton_repository=repository,
+            shutdown_drain_s=0,
+            health_interval_s=0.1,
+        )
+        service = await create_server(settings)
+        await service.start()
+        channel = grpc.aio.insecure_channel(service.address)
+        health = health_pb2_grpc.HealthStub(channel)
+
+        async def status_is(wanted):
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
+            return reply.status == wanted
+
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        await apoll_until(lambda: status_is(serving), 60)
+        server.stop()
+        await apoll_until(lambda: status_is(not_serving), 30)
+        server = start_triton(tmp_path / "t", repository, ["user_tower", "ranker"], ports)
+        await apoll_until(lambda: status_is(serving), 120)
+        await channel.close()
+        await service.stop(0)
+    finally:
+        server.stop()
