@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
 DATA ?= data
 
-.PHONY: help setup proto artifacts run test test-fast lint bench clean
+.PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -41,7 +41,11 @@ artifacts: setup  ## data, models, indexes, Triton repository (skipped when up t
 run: artifacts  ## set everything up and serve the whole stack on 127.0.0.1
 	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up
 
-test: artifacts  ## set everything up and run every test
+redis-server:  ## Debian's redis-server, for the Redis online-store tests
+	@command -v redis-server >/dev/null || { (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null 2>&1 \
+		|| echo "redis-server could not be installed; the Redis tests will be skipped"; }
+
+test: artifacts redis-server  ## set everything up and run every test
 	$(PY) -m pytest -q tests
 
 test-fast: setup  ## unit tests only

@@ -43,6 +43,25 @@ def build(
 
 
 @app.command()
+def publish(
+    data_dir: Annotated[Path, typer.Option(help="Where the artifacts live.")] = Path("data"),
+    redis_url: Annotated[str, typer.Option(help="Redis online store; empty: SQLite.")] = "",
+) -> None:
+    """Feast apply + materialization of the current artifact into the online store.
+
+    The retriever and the features service also pick up a new CURRENT
+    artifact by themselves within their refresh interval.
+    """
+    from recserve_model import artifacts
+
+    from services.features.feature_repo import apply_and_publish
+
+    directory = artifacts.current(data_dir)
+    apply_and_publish(data_dir / "feast", directory, directory.name, redis_url)
+    console.print(f"published features of {directory.name}")
+
+
+@app.command()
 def synth(
     out: Annotated[Path, typer.Option(help="Output folder.")],
     items: Annotated[int, typer.Option(min=1, max=5_000_000)] = 100_000,

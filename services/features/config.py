@@ -11,4 +11,14 @@ from recserve_kit.config import ServiceSettings
 class FeaturesSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="RECSERVE_FEATURES_", extra="ignore", frozen=True)
 
-    port: int = Field(50052, ge=1, le=65535)
+    port: int = Field(50052, ge=0, le=65535)
+    redis_url: str = Field(
+        "", description="Redis online store (host:port); empty uses SQLite under <data_dir>/feast."
+    )
+    max_item_ids: int = Field(1000, ge=1, le=10000)
+    max_events: int = Field(1000, ge=1, le=100000)
+    item_cache_size: int = Field(200_000, ge=0, description="Items kept in the in-process cache.")
+    item_cache_ttl_s: float = Field(300.0, gt=0)
+    refresh_interval_s: float = Field(
+        5.0, ge=0, description="How often to look for a newly published artifact; 0 disables."
+    )

@@ -2,17 +2,84 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+
+from feast import FeatureStore
+from recserve_model import artifacts
+
 from recserve.features.v1 import features_pb2_grpc
+from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
 from services.features.config import FeaturesSettings
+from services.features.domain import Features
+from services.features.feature_repo import apply_and_publish, published_version, repo_config
 from services.features.servicer import FeaturesServicer
 
 SERVICE_NAME = "recserve.features.v1.FeatureService"
+log = logging.getLogger(__name__)
+
+
+def ensure_published(settings: FeaturesSettings) -> FeatureStore:
+    """The store, after publishing the current artifact if it is not yet."""
+    feast_dir = settings.data_dir / "feast"
+    directory = artifacts.current(settings.data_dir)
+    if published_version(feast_dir, settings.redis_url) != directory.name:
+        return apply_and_publish(feast_dir, directory, directory.name, settings.redis_url)
+    return FeatureStore(config=repo_config(feast_dir, settings.redis_url))
 
 
 async def create_server(settings: FeaturesSettings) -> Service:
-    servicer = FeaturesServicer()
-    registration = Registration(
-        features_pb2_grpc.add_FeatureServiceServicer_to_server, servicer, SERVICE_NAME
+    store = await asyncio.to_thread(ensure_published, settings)
+    features = Features(store, settings)
+    feast_dir = settings.data_dir / "feast"
+    served = {"version": published_version(feast_dir, settings.redis_url)}
+
+    async def online_store_answers() -> bool:
+        await features.user("__health__")
+        return True
+
+    service = build_server(
+        "features",
+        settings,
+        [
+            Registration(
+                features_pb2_grpc.add_FeatureServiceServicer_to_server,
+                FeaturesServicer(features),
+                SERVICE_NAME,
+            )
+        ],
+        probes=[DependencyProbe("online_store", online_store_answers, interval_s=2.0)],
     )
-    return build_server("features", settings, [registration])
+    watcher: asyncio.Task[None] | None = None
+
+    async def watch_publishes() -> None:
+        # A new artifact: publish it, and drop cached items from the old one.
+        while settings.refresh_interval_s:
+            await asyncio.sleep(settings.refresh_interval_s)
+            try:
+                await asyncio.to_thread(ensure_published, settings)
+            except artifacts.ArtifactError as exc:
+                log.error("cannot publish the current artifact: %s", exc)
+                continue
+            version = published_version(feast_dir, settings.redis_url)
+            if version != served["version"]:
+                features.invalidate_items()
+                served["version"] = version
+                log.info("serving features of %s", version)
+
+    async def start_watcher() -> None:
+        nonlocal watcher
+        watcher = asyncio.create_task(watch_publishes())
+
+    async def stop_watcher() -> None:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    service.on_start.append(start_watcher)
+    service.cleanups.append(stop_watcher)
+    service.domain = features
+    return service

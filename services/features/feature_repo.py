@@ -1,0 +1,144 @@
+"""The Feast feature repository: entities, feature views over the pipeline's
+parquet tables, the push source for real-time activity, and the feature
+services that name exactly what the ranker and the gateway read.
+
+``apply_and_publish`` is the pipeline's publish step for features (`feast
+apply` plus materialization into the online store), run by
+``python -m pipelines publish`` and, for a fresh data dir, by the features
+service at start. SQLite is the default online store; Redis when
+RECSERVE_FEATURES_REDIS_URL is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from feast import Entity, FeatureService, FeatureStore, FeatureView, Field, FileSource, PushSource
+from feast.repo_config import RepoConfig
+from feast.types import Array, Float32, Int64, String
+from feast.value_type import ValueType
+
+PROJECT = "recserve"
+USER_PUSH_SOURCE = "user_activity_push"
+ITEM_PUSH_SOURCE = "item_stats_push"
+TTL = timedelta(days=365 * 50)  # MovieLens timestamps are from 1997-98
+
+user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING)
+item = Entity(name="item", join_keys=["item_id"], value_type=ValueType.STRING)
+
+
+def _source(features_dir: Path, table: str) -> FileSource:
+    return FileSource(
+        name=f"{table}_source",
+        path=str(features_dir / f"{table}.parquet"),
+        timestamp_field="event_timestamp",
+    )
+
+
+def definitions(features_dir: Path) -> list[object]:
+    activity_push = PushSource(
+        name=USER_PUSH_SOURCE, batch_source=_source(features_dir, "user_activity")
+    )
+    stats_push = PushSource(name=ITEM_PUSH_SOURCE, batch_source=_source(features_dir, "item_stats"))
+    user_profile = FeatureView(
+        name="user_profile",
+        entities=[user],
+        ttl=TTL,
+        online=True,
+        schema=[
+            Field(name="age", dtype=Int64),
+            Field(name="gender", dtype=String),
+            Field(name="occupation", dtype=String),
+        ],
+        source=_source(features_dir, "user_profile"),
+    )
+    user_activity = FeatureView(
+        name="user_activity",
+        entities=[user],
+        ttl=TTL,
+        online=True,
+        schema=[
+            Field(name="rating_count", dtype=Int64),
+            Field(name="mean_rating", dtype=Float32),
+            Field(name="recent_item_ids", dtype=Array(String)),
+        ],
+        source=activity_push,
+    )
+    item_profile = FeatureView(
+        name="item_profile",
+        entities=[item],
+        ttl=TTL,
+        online=True,
+        schema=[
+            Field(name="title", dtype=String),
+            Field(name="year", dtype=Int64),
+            Field(name="genres", dtype=Array(String)),
+        ],
+        source=_source(features_dir, "item_profile"),
+    )
+    item_stats = FeatureView(
+        name="item_stats",
+        entities=[item],
+        ttl=TTL,
+        online=True,
+        schema=[Field(name="popularity", dtype=Int64), Field(name="mean_rating", dtype=Float32)],
+        source=stats_push,
+    )
+    return [
+        user,
+        item,
+        activity_push,
+        user_profile,
+        user_activity,
+        item_profile,
+        item_stats,
+        # What the ranker's user tower and ranking model read about a user...
+        FeatureService(name="user_features", features=[user_profile, user_activity]),
+        # ...and about each candidate (also the gateway's titles and genres).
+        FeatureService(name="item_features", features=[item_profile, item_stats]),
+    ]
+
+
+def repo_config(feast_dir: Path, redis_url: str = "") -> RepoConfig:
+    online: dict[str, object]
+    if redis_url:
+        online = {"type": "redis", "connection_string": redis_url}
+    else:
+        online = {"type": "sqlite", "path": str(feast_dir / "online.db")}
+    return RepoConfig(
+        project=PROJECT,
+        provider="local",
+        registry=str(feast_dir / "registry.db"),
+        online_store=online,
+        offline_store={"type": "file"},
+        entity_key_serialization_version=3,
+        repo_path=str(feast_dir),
+    )
+
+
+def published_marker(feast_dir: Path, redis_url: str) -> Path:
+    store = "redis" if redis_url else "sqlite"
+    return feast_dir / f"published-{store}.json"
+
+
+def published_version(feast_dir: Path, redis_url: str = "") -> str:
+    marker = published_marker(feast_dir, redis_url)
+    return str(json.loads(marker.read_text())["version"]) if marker.exists() else ""
+
+
+def apply_and_publish(
+    feast_dir: Path, artifact_dir: Path, version: str, redis_url: str = ""
+) -> FeatureStore:
+    """`feast apply` and materialization of one artifact's feature tables."""
+    feast_dir.mkdir(parents=True, exist_ok=True)
+    store = FeatureStore(config=repo_config(feast_dir, redis_url))
+    store.apply(definitions(artifact_dir.resolve() / "features"))
+    store.materialize(datetime(1990, 1, 1, tzinfo=UTC), datetime.now(UTC) + timedelta(days=1))
+    marker = published_marker(feast_dir, redis_url)
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"version": version, "at": datetime.now(UTC).isoformat()}))
+    os.replace(tmp, marker)
+    return store

@@ -1,0 +1,214 @@
+"""The features service with the real Feast stores (SQLite, and Redis from a
+real redis-server the test starts): served values equal the parquet source,
+pushes are visible at once and update the cache, stores agree, bad input is
+refused whole."""
+
+import shutil
+import subprocess
+from datetime import UTC, datetime
+
+import grpc
+import pandas as pd
+import pytest
+import redis
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from recserve.features.v1 import features_pb2 as pb
+from recserve.features.v1 import features_pb2_grpc
+from services.features.config import FeaturesSettings
+from services.features.server import create_server
+from tests.helpers import data_dir_with_artifacts, free_port, poll_until
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed and `make redis-server` could not install it")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port)
+
+    def answers():
+        try:
+            return client.ping()
+        except redis.ConnectionError:
+            return False
+
+    poll_until(answers, 30, 0.05, "redis-server")
+    yield f"127.0.0.1:{port}"
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def tables(built):
+    f = built.directory / "features"
+    return {
+        name: pd.read_parquet(f / f"{name}.parquet")
+        for name in ("user_profile", "user_activity", "item_profile", "item_stats")
+    }
+
+
+async def start(built, tmp_path, redis_url=""):
+    if redis_url:
+        host, port = redis_url.split(":")
+        redis.Redis(host=host, port=int(port)).flushall()  # a fresh store per test
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+    settings = FeaturesSettings(
+        port=0, data_dir=data_dir, redis_url=redis_url, shutdown_drain_s=0, refresh_interval_s=0
+    )
+    service = await create_server(settings)
+    await service.start()
+    channel = grpc.aio.insecure_channel(service.address)
+    return service, channel, features_pb2_grpc.FeatureServiceStub(channel)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def features(request, built, tmp_path):
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
+    service, channel, stub = await start(built, tmp_path, url)
+    yield stub, service
+    await channel.close()
+    await service.stop(0)
+
+
+async def test_served_values_equal_the_parquet_source(features, tables):
+    stub, _ = features
+    profile = tables["user_profile"].set_index("user_id")
+    activity = tables["user_activity"].set_index("user_id")
+    for user_id in ["1", "42", "943"]:
+        user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=user_id))).user
+        assert user.found
+        assert (user.age, user.gender, user.occupation) == tuple(
+            profile.loc[user_id, ["age", "gender", "occupation"]]
+        )
+        assert user.rating_count == activity.loc[user_id, "rating_count"]
+        assert user.mean_rating == pytest.approx(activity.loc[user_id, "mean_rating"], rel=1e-6)
+        assert list(user.recent_item_ids) == list(activity.loc[user_id, "recent_item_ids"])
+    items = tables["item_profile"].merge(tables["item_stats"], on="item_id").set_index("item_id")
+    ids = [str(i) for i in range(1, 201)]
+    reply = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
+    assert [i.item_id for i in reply.items] == ids
+    for item in reply.items:
+        row = items.loc[item.item_id]
+        assert item.found and item.title == row.title and item.year == row.year
+        assert list(item.categories) == list(row.genres)
+        assert item.popularity == row.popularity
+        assert item.mean_rating == pytest.approx(row.mean_rating, rel=1e-6)
+
+
+async def test_unknown_entities_get_defaults_not_errors(features):
+    stub, _ = features
+    user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="no-such-user"))).user
+    assert user.user_id == "no-such-user" and not user.found and user.age == 0
+    reply = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=["1", "nope", "2"]))
+    assert [(i.item_id, i.found) for i in reply.items] == [
+        ("1", True),
+        ("nope", False),
+        ("2", True),
+    ]
+
+
+async def test_item_cache_serves_repeats_and_push_is_visible_and_invalidates(features):
+    stub, _ = features
+    ids = ["10", "11", "12"]
+    first = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
+    second = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
+    assert first.cache_hits == 0 and second.cache_hits == 3
+    before = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="7"))).user
+    when = Timestamp()
+    when.FromDatetime(datetime.now(UTC))
+    await stub.PushUserEvents(
+        pb.PushUserEventsRequest(
+            events=[
+                pb.UserEvent(user_id="7", item_id="11", rating=5.0, event_time=when),
+                pb.UserEvent(user_id="7", item_id="1500", rating=0, event_time=when),
+            ]
+        )
+    )
+    after = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="7"))).user
+    assert after.rating_count == before.rating_count + 2
+    assert set(after.recent_item_ids[:2]) == {"11", "1500"}
+    expected_mean = (before.mean_rating * before.rating_count + 5.0) / (before.rating_count + 1)
+    assert after.mean_rating == pytest.approx(expected_mean, rel=1e-5)
+    third = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
+    assert third.cache_hits == 2  # item 11 changed, so it was re-read
+    assert third.items[1].popularity == second.items[1].popularity + 1
+
+
+async def test_bad_input_is_refused_whole_with_the_field_named(features):
+    stub, _ = features
+    before = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="8"))).user
+    when = Timestamp()
+    when.FromDatetime(datetime.now(UTC))
+    cases = [
+        (stub.GetUserFeatures, pb.GetUserFeaturesRequest(user_id=""), "user_id"),
+        (stub.GetItemFeatures, pb.GetItemFeaturesRequest(item_ids=["1"] * 1001), "item_ids"),
+        (stub.GetItemFeatures, pb.GetItemFeaturesRequest(item_ids=["1", ""]), "item_ids[1]"),
+        (stub.PushUserEvents, pb.PushUserEventsRequest(), "events"),
+        (
+            stub.PushUserEvents,
+            pb.PushUserEventsRequest(
+                events=[
+                    pb.UserEvent(user_id="8", item_id="1", rating=4, event_time=when),
+                    pb.UserEvent(user_id="8", item_id="2", rating=9, event_time=when),
+                ]
+            ),
+            "events[1].rating",
+        ),
+        (
+            stub.PushUserEvents,
+            pb.PushUserEventsRequest(
+                events=[
+                    pb.UserEvent(user_id="8", item_id="1", rating=4),
+                ]
+            ),
+            "events[0].event_time",
+        ),
+    ]
+    for call, request, field in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(request)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+        assert raised.value.details().startswith(field + ":"), raised.value.details()
+    after = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="8"))).user
+    assert after == before  # nothing of the refused batch was written
+
+
+async def test_sqlite_and_redis_give_identical_answers(built, tmp_path, redis_url):
+    answers = []
+    for url in ("", redis_url):
+        service, channel, stub = await start(built, tmp_path / (url or "sqlite"), url)
+        users = [
+            (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=str(u)))).user
+            for u in (1, 500, 943, 99999)
+        ]
+        items = (
+            await stub.GetItemFeatures(
+                pb.GetItemFeaturesRequest(item_ids=[str(i) for i in range(1, 300)] + ["x"])
+            )
+        ).items
+        answers.append(
+            ([u.SerializeToString() for u in users], [i.SerializeToString() for i in items])
+        )
+        await channel.close()
+        await service.stop(0)
+    assert answers[0] == answers[1]
