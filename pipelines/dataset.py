@@ -23,6 +23,7 @@ import pandas as pd
 RECBOLE = "recbole==1.2.1"
 MEMBER = "recbole/dataset_example/ml-100k/ml-100k.{}"
 RECENT_ITEMS = 20
+SEEN_ITEMS = 1000  # what the gateway excludes; the retriever's filter takes 1,000 ids
 
 
 def fetch_raw(raw_dir: Path) -> Path:
@@ -122,7 +123,11 @@ def feature_tables(data: MovieLens, train: pd.DataFrame) -> dict[str, pd.DataFra
     stats = train.groupby("user_id").agg(
         rating_count=("rating", "size"), mean_rating=("rating", "mean")
     )
-    activity = stats.join(recent_items(train).rename("recent_item_ids")).reset_index()
+    activity = (
+        stats.join(recent_items(train).rename("recent_item_ids"))
+        .join(recent_items(train, SEEN_ITEMS).rename("seen_item_ids"))
+        .reset_index()
+    )
     activity["rating_count"] = activity["rating_count"].astype(np.int64)
     activity["mean_rating"] = activity["mean_rating"].astype(np.float32)
     activity["event_timestamp"] = ts

@@ -29,6 +29,7 @@ from services.features.feature_repo import ITEM_PUSH_SOURCE, USER_PUSH_SOURCE
 CACHE = Counter("recserve_feature_cache_total", "Item-feature cache lookups.", ["result"])
 MAX_ID_LEN = 128
 RECENT_ITEMS = 20
+SEEN_ITEMS = 1000
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class UserRecord:
     rating_count: int = 0
     mean_rating: float = 0.0
     recent_item_ids: tuple[str, ...] = ()
+    seen_item_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Activity:
     rated: int  # events with a rating, for the running mean
     mean_rating: float
     recent: list[str] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
 
 
 def check_id(value: str, name: str) -> None:
@@ -114,6 +117,7 @@ class Features:
                     rating_count=int(_value(rows["rating_count"], i, 0)),  # type: ignore[arg-type]
                     mean_rating=float(_value(rows["mean_rating"], i, 0.0)),  # type: ignore[arg-type]
                     recent_item_ids=tuple(_value(rows["recent_item_ids"], i, ())),  # type: ignore[arg-type]
+                    seen_item_ids=tuple(_value(rows["seen_item_ids"], i, ())),  # type: ignore[arg-type]
                 )
             )
         return out
@@ -210,6 +214,7 @@ class Features:
                     record.rating_count,
                     record.mean_rating,
                     list(record.recent_item_ids),
+                    list(record.seen_item_ids),
                 )
                 for event in mine:
                     activity.rating_count += 1
@@ -220,12 +225,16 @@ class Features:
                     activity.recent = [event.item_id] + [
                         i for i in activity.recent if i != event.item_id
                     ]
+                    activity.seen = [event.item_id] + [
+                        i for i in activity.seen if i != event.item_id
+                    ]
                 rows.append(
                     {
                         "user_id": record.user_id,
                         "rating_count": activity.rating_count,
                         "mean_rating": activity.mean_rating,
                         "recent_item_ids": activity.recent[:RECENT_ITEMS],
+                        "seen_item_ids": activity.seen[:SEEN_ITEMS],
                         # Pushed rows must be newer than what the store holds.
                         "event_timestamp": max(datetime.now(UTC), mine[-1].event_time),
                     }

@@ -64,6 +64,7 @@ def definitions(features_dir: Path) -> list[object]:
             Field(name="rating_count", dtype=Int64),
             Field(name="mean_rating", dtype=Float32),
             Field(name="recent_item_ids", dtype=Array(String)),
+            Field(name="seen_item_ids", dtype=Array(String)),
         ],
         source=activity_push,
     )

@@ -21,6 +21,7 @@ def user_message(record: UserRecord) -> pb.UserFeatures:
         rating_count=record.rating_count,
         mean_rating=record.mean_rating,
         recent_item_ids=list(record.recent_item_ids),
+        seen_item_ids=list(record.seen_item_ids),
     )
 
 

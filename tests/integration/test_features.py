@@ -103,6 +103,8 @@ async def test_served_values_equal_the_parquet_source(features, tables):
         assert user.rating_count == activity.loc[user_id, "rating_count"]
         assert user.mean_rating == pytest.approx(activity.loc[user_id, "mean_rating"], rel=1e-6)
         assert list(user.recent_item_ids) == list(activity.loc[user_id, "recent_item_ids"])
+        assert list(user.seen_item_ids) == list(activity.loc[user_id, "seen_item_ids"])
+        assert len(user.seen_item_ids) == user.rating_count
     items = tables["item_profile"].merge(tables["item_stats"], on="item_id").set_index("item_id")
     ids = [str(i) for i in range(1, 201)]
     reply = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
@@ -147,6 +149,8 @@ async def test_item_cache_serves_repeats_and_push_is_visible_and_invalidates(fea
     after = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="7"))).user
     assert after.rating_count == before.rating_count + 2
     assert set(after.recent_item_ids[:2]) == {"11", "1500"}
+    assert set(after.seen_item_ids[:2]) == {"11", "1500"}
+    assert len(after.seen_item_ids) == len(set(before.seen_item_ids) | {"11", "1500"})
     expected_mean = (before.mean_rating * before.rating_count + 5.0) / (before.rating_count + 1)
     assert after.mean_rating == pytest.approx(expected_mean, rel=1e-5)
     third = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
