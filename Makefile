@@ -39,7 +39,7 @@ artifacts: setup  ## data, models, indexes, Triton repository (skipped when up t
 	$(PY) -m pipelines build --data-dir $(DATA)
 
 run: artifacts  ## set everything up and serve the whole stack on 127.0.0.1
-	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up
+	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up --demo
 
 redis-server:  ## Debian's redis-server, for the Redis online-store tests
 	@command -v redis-server >/dev/null || { (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null 2>&1 \

@@ -30,13 +30,22 @@ class DependencyProbe:
     check: Callable[[], Awaitable[bool]]
     interval_s: float = 1.0
     timeout_s: float = 1.0
+    # False: reported as dependency/<name> but does not gate the overall
+    # status (the gateway serves degraded answers without its backends).
+    required: bool = True
 
 
 class HealthStatus:
-    def __init__(self, service_names: Sequence[str], dependencies: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        service_names: Sequence[str],
+        dependencies: Sequence[str] = (),
+        optional: Sequence[str] = (),
+    ) -> None:
         self.servicer = health.aio.HealthServicer()
         self._service_names = ["", *service_names]
-        self._dependency_ok = {name: False for name in dependencies}
+        self._dependency_ok = {name: False for name in [*dependencies, *optional]}
+        self._optional = set(optional)
         self._started = False
         self._shutting_down = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -46,7 +55,8 @@ class HealthStatus:
 
     @property
     def serving(self) -> bool:
-        return self._started and not self._shutting_down and all(self._dependency_ok.values())
+        required = (ok for name, ok in self._dependency_ok.items() if name not in self._optional)
+        return self._started and not self._shutting_down and all(required)
 
     def dependency_ok(self, name: str) -> bool:
         return self._dependency_ok[name]

@@ -146,7 +146,11 @@ def build_server(
     for registration in registrations:
         registration.add_to_server(registration.servicer, server)
     names = [r.full_name for r in registrations]
-    health_status = HealthStatus(names, [p.name for p in probes])
+    health_status = HealthStatus(
+        names,
+        [p.name for p in probes if p.required],
+        [p.name for p in probes if not p.required],
+    )
     health_pb2_grpc.add_HealthServicer_to_server(health_status.servicer, server)
     reflection.enable_server_reflection(
         [

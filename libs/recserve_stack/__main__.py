@@ -80,10 +80,17 @@ async def run_stack(settings: StackSettings, after_ready: AfterReady | None = No
 
 
 @app.command()
-def up() -> None:
+def up(
+    demo: bool = typer.Option(False, help="Once ready, show sample answers and commands."),
+) -> None:
     """Start Envoy, Triton and the four services; stop them all on Ctrl-C."""
     settings = load_settings(StackSettings)
-    sys.exit(asyncio.run(run_stack(settings)))
+    after = None
+    if demo:
+        from recserve_stack.demo import show
+
+        after = show
+    sys.exit(asyncio.run(run_stack(settings, after)))
 
 
 @app.command("check-envoy")

@@ -30,6 +30,9 @@ def service_environment(settings: StackSettings) -> dict[str, str]:
     return env
 
 
+AFTER = {"ranker": ("triton",), "gateway": ("features", "retriever", "ranker")}
+
+
 def service_component(settings: StackSettings, name: str, env: dict[str, str]) -> Component:
     address = f"{settings.host}:{getattr(settings, f'{name}_port')}"
     return Component(
@@ -39,6 +42,7 @@ def service_component(settings: StackSettings, name: str, env: dict[str, str]) -
         env=env,
         cwd=ROOT,
         address=address,
+        after=AFTER.get(name, ()),
     )
 
 
@@ -68,6 +72,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             ],
             ready=functools.partial(http_ok, f"{envoy_admin}/ready"),
             address=f"{settings.host}:{settings.envoy_port}",
+            after=("gateway",),
         ),
     ]
     return components

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from string import Template
 
+from recserve_stack import auth
 from recserve_stack.settings import ROOT, StackSettings
 
 TEMPLATE = ROOT / "infra" / "envoy" / "envoy.yaml"
@@ -36,12 +37,15 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
         "ranker_port": settings.ranker_port,
         "descriptor_set": ROOT / "build" / "recserve.pb",
         "jwks_path": settings.data_dir / "auth" / "jwks.json",
+        "rate_limit_per_second": settings.rate_limit_per_second,
+        "rate_limit_burst": settings.rate_limit_per_second * 2,
     }
     mapping.update(values or {})
     return Template(TEMPLATE.read_text()).substitute(mapping)
 
 
 def write_config(settings: StackSettings) -> Path:
+    auth.ensure_keys(settings.data_dir / "auth")
     path = settings.data_dir / "envoy" / "envoy.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(settings))

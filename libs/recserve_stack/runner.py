@@ -41,6 +41,9 @@ class Component:
     env: dict[str, str] | None = None
     cwd: Path | None = None
     address: str = ""
+    # Started only once these components are ready (Compose's depends_on:
+    # service_healthy), so a client never dials a backend that is not up.
+    after: tuple[str, ...] = ()
     process: asyncio.subprocess.Process | None = field(default=None, repr=False)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=30), repr=False)
 
@@ -81,12 +84,14 @@ class Runner:
         time; the caller stops the rest.
         """
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        for component in self.components:
-            await self._spawn(component)
         deadline = time.monotonic() + self.start_timeout_s
         pending = {c.name: c for c in self.components}
         while pending:
             for name, component in list(pending.items()):
+                if component.process is None:
+                    if any(dep in pending for dep in component.after):
+                        continue
+                    await self._spawn(component)
                 self._raise_if_exited(component)
                 try:
                     ready = await asyncio.wait_for(component.ready(), 2.0)

@@ -32,6 +32,9 @@ class StackSettings(BaseSettings):
     triton_metrics_port: int = Field(8002, ge=1, le=65535)
     # Prometheus /metrics of the services: gateway, features, retriever, ranker.
     metrics_base_port: int = Field(9101, ge=1, le=65500)
+    rate_limit_per_second: int = Field(
+        2000, ge=1, description="Envoy's local rate limit for the public listener."
+    )
     triton_venv: Path = ROOT / ".venv-triton"
     # Triton model repository; the pipeline generates it under the data dir.
     triton_repository: Path | None = None

@@ -170,6 +170,16 @@ class Features:
                         self.cache[record.item_id] = record
         return [found[i] for i in item_ids], hits
 
+    def preload(self, item_ids: Sequence[str], batch: int = 1000) -> int:
+        """Fills the cache (up to its size) so first requests do not pay Feast's cost."""
+        wanted = list(item_ids)[: self.settings.item_cache_size]
+        for start in range(0, len(wanted), batch):
+            records = self._read_items(wanted[start : start + batch])
+            with self._cache_lock:
+                for record in records:
+                    self.cache[record.item_id] = record
+        return len(wanted)
+
     def invalidate_items(self, item_ids: Sequence[str] | None = None) -> None:
         with self._cache_lock:
             if item_ids is None:

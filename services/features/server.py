@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 
+import pandas as pd
 from feast import FeatureStore
 from recserve_model import artifacts
 
@@ -30,9 +31,17 @@ def ensure_published(settings: FeaturesSettings) -> FeatureStore:
     return FeatureStore(config=repo_config(feast_dir, settings.redis_url))
 
 
+def catalogue(settings: FeaturesSettings) -> list[str]:
+    """Item ids of the current artifact, most popular first (what to preload)."""
+    directory = artifacts.current(settings.data_dir)
+    stats = pd.read_parquet(directory / "features" / "item_stats.parquet")
+    return list(stats.sort_values("popularity", ascending=False)["item_id"])
+
+
 async def create_server(settings: FeaturesSettings) -> Service:
     store = await asyncio.to_thread(ensure_published, settings)
     features = Features(store, settings)
+    await asyncio.to_thread(features.preload, catalogue(settings))
     feast_dir = settings.data_dir / "feast"
     served = {"version": published_version(feast_dir, settings.redis_url)}
 
@@ -66,6 +75,7 @@ async def create_server(settings: FeaturesSettings) -> Service:
             version = published_version(feast_dir, settings.redis_url)
             if version != served["version"]:
                 features.invalidate_items()
+                await asyncio.to_thread(features.preload, catalogue(settings))
                 served["version"] = version
                 log.info("serving features of %s", version)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from recserve_kit.config import ServiceSettings
@@ -11,7 +11,40 @@ from recserve_kit.config import ServiceSettings
 class GatewaySettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="RECSERVE_GATEWAY_", extra="ignore", frozen=True)
 
-    port: int = Field(50051, ge=1, le=65535)
+    port: int = Field(50051, ge=0, le=65535)
     features_addr: str = "127.0.0.1:50052"
     retriever_addr: str = "127.0.0.1:50053"
     ranker_addr: str = "127.0.0.1:50054"
+    # The latency budget: 100 ms end to end inside a 120 ms p99 objective,
+    # split into per-stage caps. A call gets the smaller of its cap and what
+    # remains of the request's budget.
+    budget_ms: float = Field(100.0, gt=0, le=10_000)
+    features_ms: float = Field(15.0, gt=0)
+    embed_ms: float = Field(15.0, gt=0)
+    retrieve_ms: float = Field(15.0, gt=0)
+    item_features_ms: float = Field(15.0, gt=0)
+    rank_ms: float = Field(30.0, gt=0)
+    min_stage_ms: float = Field(
+        1.0, gt=0, description="Below this much budget a stage is not attempted: fallback."
+    )
+    candidates: int = Field(200, ge=1, le=1000, description="Retrieved before ranking.")
+    max_in_flight: int = Field(
+        64, ge=1, description="Requests served at once; past it, answered from the fallback."
+    )
+    stage_delay_ms: float = Field(
+        0.0, ge=0, description="Test hook: added before the rank stage to simulate a slow ranker."
+    )
+    fallback_refresh_s: float = Field(5.0, ge=0, description="How often to reload popular lists.")
+
+    @model_validator(mode="after")
+    def stages_fit_budget(self) -> GatewaySettings:
+        total = (
+            self.features_ms
+            + self.embed_ms
+            + self.retrieve_ms
+            + self.item_features_ms
+            + self.rank_ms
+        )
+        if total > self.budget_ms * 1.5:
+            raise ValueError(f"stage budgets add up to {total} ms, far over budget_ms")
+        return self

@@ -2,17 +2,115 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import logging
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from recserve.features.v1 import features_pb2_grpc
+from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.recommend.v1 import recommend_pb2_grpc
+from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
 from services.gateway.config import GatewaySettings
+from services.gateway.domain import Gateway
+from services.gateway.fallback import PopularItems
 from services.gateway.servicer import GatewayServicer
 
 SERVICE_NAME = "recserve.recommend.v1.RecommendService"
+log = logging.getLogger(__name__)
+
+# Keepalive through the channel's options; no retries here: inside a 100 ms
+# budget the fallback is the better answer, and Envoy retries at the edge.
+CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    # A backend that comes back is used again within a second, not after
+    # gRPC's default backoff (which grows toward two minutes).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+async def backend_serving(channel: grpc.aio.Channel) -> bool:
+    try:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=0.5
+        )
+    except grpc.aio.AioRpcError:
+        return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 async def create_server(settings: GatewaySettings) -> Service:
-    servicer = GatewayServicer()
-    registration = Registration(
-        recommend_pb2_grpc.add_RecommendServiceServicer_to_server, servicer, SERVICE_NAME
+    channels = {
+        name: grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        for name, address in (
+            ("features", settings.features_addr),
+            ("retriever", settings.retriever_addr),
+            ("ranker", settings.ranker_addr),
+        )
+    }
+    popular = PopularItems(settings.data_dir)
+    popular.reload()
+    gateway = Gateway(
+        settings,
+        features_pb2_grpc.FeatureServiceStub(channels["features"]),
+        retriever_pb2_grpc.RetrieverServiceStub(channels["retriever"]),
+        ranker_pb2_grpc.RankerServiceStub(channels["ranker"]),
+        popular,
     )
-    return build_server("gateway", settings, [registration])
+
+    async def fallback_loaded() -> bool:
+        return popular.loaded
+
+    probes = [DependencyProbe("fallback", fallback_loaded, interval_s=1.0)] + [
+        # Reported per backend, but the gateway stays SERVING without them:
+        # it answers from the fallback, marked degraded.
+        DependencyProbe(name, functools.partial(backend_serving, channel), 1.0, required=False)
+        for name, channel in channels.items()
+    ]
+    service = build_server(
+        "gateway",
+        settings,
+        [
+            Registration(
+                recommend_pb2_grpc.add_RecommendServiceServicer_to_server,
+                GatewayServicer(gateway),
+                SERVICE_NAME,
+            )
+        ],
+        probes=probes,
+    )
+    watcher: asyncio.Task[None] | None = None
+
+    async def reload_popular() -> None:
+        while settings.fallback_refresh_s:
+            await asyncio.sleep(settings.fallback_refresh_s)
+            try:
+                popular.reload()
+            except (OSError, ValueError, KeyError) as exc:
+                log.error("keeping the previous popular lists: %s", exc)
+
+    async def start_watcher() -> None:
+        nonlocal watcher
+        watcher = asyncio.create_task(reload_popular())
+
+    async def stop() -> None:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        for channel in channels.values():
+            await channel.close()
+
+    service.on_start.append(start_watcher)
+    service.cleanups.append(stop)
+    service.domain = gateway
+    return service

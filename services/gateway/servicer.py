@@ -1,9 +1,70 @@
-"""gRPC servicer of the gateway service: proto <-> domain, nothing else."""
+"""gRPC servicer of the gateway: proto <-> domain, nothing else."""
 
 from __future__ import annotations
 
+import uuid
+
+import grpc
+
+from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
+from recserve_kit.deadlines import remaining_s
+from services.gateway.domain import Answer, Gateway, Query
+
+
+def reason_value(reason: str) -> int:
+    if not reason:
+        return pb.DEGRADED_REASON_UNSPECIFIED
+    return int(pb.DegradedReason.Value(f"DEGRADED_REASON_{reason}"))
+
+
+def fill(
+    reply: pb.RecommendResponse | pb.SimilarItemsResponse, answer: Answer, debug: bool
+) -> None:
+    reply.items.extend(
+        pb.RecommendedItem(
+            item_id=i.item_id, score=i.score, title=i.title, categories=list(i.categories)
+        )
+        for i in answer.items
+    )
+    reply.degraded = answer.degraded
+    reply.degraded_reason = reason_value(answer.reason)  # type: ignore[assignment]
+    reply.model_version = answer.model_version
+    if debug:
+        reply.stage_timings.extend(
+            pb.StageTiming(stage=stage, duration_ms=ms) for stage, ms in answer.timings
+        )
 
 
 class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
-    """RPCs not built yet answer UNIMPLEMENTED (the generated base class)."""
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def Recommend(
+        self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecommendResponse:
+        query = Query(
+            request.user_id,
+            request.k,
+            tuple(request.filter.categories),
+            tuple(request.filter.exclude_item_ids),
+        )
+        answer = await self.gateway.recommend(query, remaining_s(context))
+        reply = pb.RecommendResponse(request_id=request.request_id or uuid.uuid4().hex)
+        fill(reply, answer, request.debug)
+        return reply
+
+    async def SimilarItems(
+        self, request: pb.SimilarItemsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SimilarItemsResponse:
+        query = Query(
+            request.user_id,
+            request.k,
+            tuple(request.filter.categories),
+            tuple(request.filter.exclude_item_ids),
+            item_id=request.item_id,
+        )
+        answer = await self.gateway.similar(query, remaining_s(context))
+        reply = pb.SimilarItemsResponse(request_id=request.request_id or uuid.uuid4().hex)
+        fill(reply, answer, request.debug)
+        return reply

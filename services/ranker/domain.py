@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import tritonclient.grpc.aio as triton_aio
 from recserve_model import artifacts
-from recserve_model.encoding import Encoder, EncodingSpec
+from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 from tritonclient.grpc import InferInput, InferRequestedOutput, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
@@ -109,7 +109,13 @@ class Ranker:
         if loaded is None:
             try:
                 await self.load(self._newest_version(), initial=True)
-            except (InferenceServerException, FailedPrecondition, NotFound, OSError) as exc:
+            except (
+                InferenceServerException,
+                FailedPrecondition,
+                NotFound,
+                Unavailable,
+                OSError,
+            ) as exc:
                 log.debug("initial load not possible yet: %s", exc)
                 return False
             loaded = self.loaded
@@ -144,12 +150,34 @@ class Ranker:
                 return self.loaded
             await self._ensure_loaded(self.settings.user_model, target.user_model_version)
             await self._ensure_loaded(self.settings.ranking_model, target.ranking_model_version)
+            await self._warm_up(target)
             # Requests in flight finish on the version they pinned; new ones
             # pin the new version from here on.
             self.loaded = target
             if not initial:
                 log.info("switched model version", extra={"fields": {"version": version}})
             return target
+
+    async def _warm_up(self, target: Loaded) -> None:
+        """One inference per model, so the first real request is not the slow one."""
+        spec = target.encoder.spec
+        user = [
+            tensor("user_features", np.zeros((1, spec.user_dim), np.float32)),
+            tensor("history", np.zeros((1, HISTORY_LEN), np.int64)),
+        ]
+        await self._infer(
+            self.settings.user_model, target.user_model_version, user, "user_vector", 30.0
+        )
+        ranking = [
+            tensor("item_id", np.zeros((1, 1), np.int64)),
+            tensor("user_vector", np.zeros((1, spec.embedding_dim), np.float32)),
+            tensor("user_features", np.zeros((1, spec.user_dim), np.float32)),
+            tensor("item_features", np.zeros((1, spec.item_dim), np.float32)),
+            tensor("retrieval_score", np.zeros((1, 1), np.float32)),
+        ]
+        await self._infer(
+            self.settings.ranking_model, target.ranking_model_version, ranking, "score", 30.0
+        )
 
     def _current(self) -> Loaded:
         if self.loaded is None:

@@ -21,3 +21,52 @@ def test_admin_interface_stays_on_loopback(tmp_path):
     rendered = envoy.render(StackSettings(data_dir=tmp_path))
     admin = rendered.split("static_resources:")[0]
     assert "address: 127.0.0.1" in admin
+
+
+def test_local_rate_limit_answers_resource_exhausted(tmp_path):
+    """The real Envoy with a 1 request/s bucket; the gateway need not exist."""
+    import subprocess
+
+    import grpc
+
+    from recserve.recommend.v1 import recommend_pb2 as pb
+    from recserve.recommend.v1 import recommend_pb2_grpc
+    from recserve_stack.probes import http_ok
+    from tests.helpers import free_ports, poll_until
+
+    listen, admin, gateway = free_ports(3)
+    settings = StackSettings(
+        data_dir=tmp_path,
+        envoy_port=listen,
+        envoy_admin_port=admin,
+        gateway_port=gateway,
+        rate_limit_per_second=1,
+    )
+    process = subprocess.Popen(
+        [
+            envoy.envoy_binary(),
+            "-c",
+            str(envoy.write_config(settings)),
+            "--disable-hot-restart",
+            "--log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import asyncio
+
+        poll_until(lambda: asyncio.run(http_ok(f"http://127.0.0.1:{admin}/ready")), 30, 0.1)
+        codes = []
+        with grpc.insecure_channel(f"127.0.0.1:{listen}") as channel:
+            stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+            for _ in range(5):
+                try:
+                    stub.Recommend(pb.RecommendRequest(user_id="1", k=1), timeout=2)
+                except grpc.RpcError as error:
+                    codes.append(error.code())
+        assert grpc.StatusCode.RESOURCE_EXHAUSTED in codes
+    finally:
+        process.terminate()
+        process.wait(10)

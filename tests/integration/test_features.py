@@ -132,6 +132,8 @@ async def test_unknown_entities_get_defaults_not_errors(features):
 async def test_item_cache_serves_repeats_and_push_is_visible_and_invalidates(features):
     stub, _ = features
     ids = ["10", "11", "12"]
+    _, service = features
+    service.domain.invalidate_items(ids)  # the catalogue was preloaded at start
     first = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
     second = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
     assert first.cache_hits == 0 and second.cache_hits == 3

@@ -7,15 +7,16 @@ import subprocess
 import sys
 
 from recserve_stack.probes import grpc_serving
-from tests.helpers import free_port, poll_until
+from tests.helpers import data_dir_with_artifacts, free_port, poll_until
 
 
-def test_service_process_serves_then_exits_cleanly_on_sigterm(tmp_path):
+def test_service_process_serves_then_exits_cleanly_on_sigterm(tmp_path, built):
     port = free_port()
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
     env = {
         **os.environ,
         "RECSERVE_RETRIEVER_PORT": str(port),
-        "RECSERVE_RETRIEVER_DATA_DIR": str(tmp_path),
+        "RECSERVE_RETRIEVER_DATA_DIR": str(data_dir),
         "RECSERVE_RETRIEVER_SHUTDOWN_DRAIN_S": "0.2",
     }
     process = subprocess.Popen(

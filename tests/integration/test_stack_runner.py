@@ -6,7 +6,7 @@ import grpc
 import psutil
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tests.helpers import poll_until
+from tests.helpers import data_dir_with_artifacts, poll_until
 from tests.stack import running_stack, start_stack, stop_stack, wait_ready
 
 
@@ -18,8 +18,9 @@ def list_services(address: str) -> set[str]:
     return {s.name for s in reply.list_services_response.service}
 
 
-def test_stack_starts_serves_reflection_through_envoy_and_stops_clean(tmp_path):
-    with running_stack(tmp_path) as stack:
+def test_stack_starts_serves_reflection_through_envoy_and_stops_clean(tmp_path, built):
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+    with running_stack(data_dir) as stack:
         by_component: dict[str, list[str]] = {}
         for line in stack.lines:
             name, sep, rest = line.partition(" | ")
@@ -35,7 +36,7 @@ def test_stack_starts_serves_reflection_through_envoy_and_stops_clean(tmp_path):
         )
         assert "recserve.recommend.v1.RecommendService" in services
         children = stack.descendants()
-        assert len(children) >= 6
+        assert len(children) >= 6  # all six components (and Triton's stubs)
     assert stack.process.returncode == 0
     assert "stack stopped" in stack.output()
     poll_until(
@@ -46,13 +47,14 @@ def test_stack_starts_serves_reflection_through_envoy_and_stops_clean(tmp_path):
     )
 
 
-def test_one_component_failing_stops_the_rest_and_names_it(tmp_path):
+def test_one_component_failing_stops_the_rest_and_names_it(tmp_path, built):
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     taken = str(blocker.getsockname()[1])
     try:
-        stack = start_stack(tmp_path, RECSERVE_STACK_ENVOY_PORT=taken)
+        stack = start_stack(data_dir, RECSERVE_STACK_ENVOY_PORT=taken)
         seen: list[psutil.Process] = []
 
         def exited() -> bool:
@@ -73,9 +75,11 @@ def test_one_component_failing_stops_the_rest_and_names_it(tmp_path):
     )
 
 
-def test_runner_stops_cleanly_on_sigterm_before_ready(tmp_path):
-    stack = start_stack(tmp_path)
-    poll_until(lambda: len(stack.descendants()) >= 6, 60, 0.05, "components to spawn")
+def test_runner_stops_cleanly_on_sigterm_before_ready(tmp_path, built):
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+    stack = start_stack(data_dir)
+    # The first wave (Triton, features, retriever) starts at once; the rest wait.
+    poll_until(lambda: len(stack.descendants()) >= 3, 60, 0.05, "components to spawn")
     children = stack.descendants()
     code = stop_stack(stack)
     assert code in (0, 130)

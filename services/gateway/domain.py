@@ -1,0 +1,388 @@
+"""The gateway's request path: features -> user embedding -> retrieval ->
+item features -> ranking -> top-k, inside a latency budget.
+
+Every stage gets the smaller of its own cap and what remains of the budget
+(itself the smaller of the configured budget and the caller's deadline). A
+stage that fails, times out or would start with too little budget left ends
+the full path: the answer comes from the popular-items fallback, marked
+degraded with the reason. A failing ranker is the exception: the retrieved
+candidates in retrieval order are a better answer than popularity, still
+marked degraded. Past ``max_in_flight`` requests are shed to the fallback at
+once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import grpc
+from opentelemetry import trace
+from prometheus_client import Counter, Gauge, Histogram
+
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
+from recserve.ranker.v1 import ranker_pb2 as rpb
+from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve.retriever.v1 import retriever_pb2 as qpb
+from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit import attributes as attr
+from recserve_kit.errors import InvalidArgument, NotFound
+from services.gateway.config import GatewaySettings
+from services.gateway.fallback import PopularItems
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("recserve.gateway")
+T = TypeVar("T")
+
+MAX_K = 100
+MAX_FILTER_VALUES = 1000
+RETRIEVER_EXCLUDE_LIMIT = 1000
+
+STAGE_SECONDS = Histogram(
+    "recserve_gateway_stage_duration_seconds",
+    "Duration of each gateway stage.",
+    ["stage"],
+    buckets=(0.0005, 0.001, 0.002, 0.004, 0.008, 0.015, 0.03, 0.06, 0.1, 0.2),
+)
+FALLBACKS = Counter("recserve_gateway_fallback_total", "Degraded answers by reason.", ["reason"])
+IN_FLIGHT = Gauge("recserve_gateway_in_flight", "Requests being served.")
+
+
+@dataclass(frozen=True)
+class Query:
+    user_id: str
+    k: int
+    categories: tuple[str, ...] = ()
+    exclude_item_ids: tuple[str, ...] = ()
+    item_id: str = ""  # SimilarItems only
+
+
+@dataclass(frozen=True)
+class Item:
+    item_id: str
+    score: float
+    title: str
+    categories: tuple[str, ...]
+
+
+@dataclass
+class Answer:
+    items: list[Item]
+    degraded: bool = False
+    reason: str = ""  # a DegradedReason name without the prefix, e.g. "RANKER_TIMEOUT"
+    model_version: str = ""
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+
+class StageFailed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Budget:
+    def __init__(self, settings: GatewaySettings, caller_remaining_s: float | None) -> None:
+        total = settings.budget_ms / 1000
+        if caller_remaining_s is not None:
+            total = min(total, caller_remaining_s - 0.001)
+        self.deadline = time.perf_counter() + total
+        self.min_stage_s = settings.min_stage_ms / 1000
+
+    def remaining_s(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def timeout(self, cap_ms: float) -> float:
+        timeout = min(cap_ms / 1000, self.remaining_s())
+        if timeout < self.min_stage_s:
+            raise StageFailed("BUDGET_EXHAUSTED")
+        return timeout
+
+
+def check_query(query: Query, need_user: bool) -> None:
+    if need_user and not query.user_id:
+        raise InvalidArgument("user_id", "is required")
+    if len(query.user_id) > 128:
+        raise InvalidArgument("user_id", "longer than 128 characters")
+    if not 1 <= query.k <= MAX_K:
+        raise InvalidArgument("k", f"must be between 1 and {MAX_K}, got {query.k}")
+    if len(query.categories) > MAX_FILTER_VALUES or any(not c for c in query.categories):
+        raise InvalidArgument("filter.categories", f"at most {MAX_FILTER_VALUES} non-empty values")
+    if len(query.exclude_item_ids) > MAX_FILTER_VALUES:
+        raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} ids")
+
+
+class Gateway:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        features: features_pb2_grpc.FeatureServiceStub,
+        retriever: retriever_pb2_grpc.RetrieverServiceStub,
+        ranker: ranker_pb2_grpc.RankerServiceStub,
+        popular: PopularItems,
+    ) -> None:
+        self.settings = settings
+        self.features = features
+        self.retriever = retriever
+        self.ranker = ranker
+        self.popular = popular
+        self.in_flight = 0
+
+    # -- stages --------------------------------------------------------------
+
+    async def _stage(
+        self,
+        name: str,
+        reason: str,
+        cap_ms: float,
+        budget: Budget,
+        answer: Answer,
+        call: Callable[[float], Awaitable[T]],
+    ) -> T:
+        timeout = budget.timeout(cap_ms)
+        started = time.perf_counter()
+        with tracer.start_as_current_span(f"gateway.{name}") as span:
+            span.set_attribute(attr.STAGE, name)
+            span.set_attribute(attr.BUDGET_REMAINING_MS, budget.remaining_s() * 1000)
+            try:
+                return await call(timeout)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.NOT_FOUND:
+                    raise NotFound(exc.details() or "not found") from None
+                failure = "TIMEOUT" if code == grpc.StatusCode.DEADLINE_EXCEEDED else "UNAVAILABLE"
+                if code not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+                    log.warning("%s stage failed with %s: %s", name, code.name, exc.details())
+                span.set_attribute(attr.DEGRADED_REASON, f"{reason}_{failure}")
+                raise StageFailed(f"{reason}_{failure}") from None
+            finally:
+                elapsed = time.perf_counter() - started
+                STAGE_SECONDS.labels(name).observe(elapsed)
+                answer.timings.append((name, elapsed * 1000))
+
+    def fallback(
+        self, answer: Answer, reason: str, query: Query, seen: Sequence[str] = ()
+    ) -> Answer:
+        started = time.perf_counter()
+        exclude = {*query.exclude_item_ids, *seen, query.item_id}
+        answer.items = [
+            Item(p.item_id, float(p.popularity), p.title, p.categories)
+            for p in self.popular.top(query.k, query.categories, exclude)
+        ]
+        answer.degraded = True
+        answer.reason = reason
+        answer.model_version = ""
+        FALLBACKS.labels(reason.lower()).inc()
+        span = trace.get_current_span()
+        span.set_attribute(attr.DEGRADED, True)
+        span.set_attribute(attr.DEGRADED_REASON, reason)
+        answer.timings.append(("fallback", (time.perf_counter() - started) * 1000))
+        return answer
+
+    # -- requests ------------------------------------------------------------
+
+    async def recommend(self, query: Query, caller_remaining_s: float | None) -> Answer:
+        check_query(query, need_user=True)
+        return await self._guarded(query, caller_remaining_s, self._recommend)
+
+    async def similar(self, query: Query, caller_remaining_s: float | None) -> Answer:
+        check_query(query, need_user=False)
+        if not query.item_id:
+            raise InvalidArgument("item_id", "is required")
+        return await self._guarded(query, caller_remaining_s, self._similar)
+
+    async def _guarded(
+        self,
+        query: Query,
+        caller_remaining_s: float | None,
+        path: Callable[[Query, Budget, Answer], Awaitable[Answer]],
+    ) -> Answer:
+        answer = Answer(items=[])
+        if self.in_flight >= self.settings.max_in_flight:
+            return self.fallback(answer, "SHED", query)
+        self.in_flight += 1
+        IN_FLIGHT.inc()
+        try:
+            budget = Budget(self.settings, caller_remaining_s)
+            try:
+                return await path(query, budget, answer)
+            except StageFailed as failure:
+                return self.fallback(answer, failure.reason, query)
+        finally:
+            self.in_flight -= 1
+            IN_FLIGHT.dec()
+
+    async def _user(self, query: Query, budget: Budget, answer: Answer) -> fpb.UserFeatures:
+        reply = await self._stage(
+            "features",
+            "FEATURES",
+            self.settings.features_ms,
+            budget,
+            answer,
+            lambda t: self.features.GetUserFeatures(
+                fpb.GetUserFeaturesRequest(user_id=query.user_id), timeout=t
+            ),
+        )
+        return reply.user
+
+    async def _recommend(self, query: Query, budget: Budget, answer: Answer) -> Answer:
+        user = await self._user(query, budget, answer)
+        trace.get_current_span().set_attribute(attr.USER_FOUND, user.found)
+        if not user.found:
+            return self.fallback(answer, "COLD_START", query)
+        seen = list(user.seen_item_ids)
+        try:
+            embedded = await self._stage(
+                "embed",
+                "RANKER",
+                self.settings.embed_ms,
+                budget,
+                answer,
+                lambda t: self.ranker.EmbedUser(rpb.EmbedUserRequest(user=user), timeout=t),
+            )
+            exclude = list(query.exclude_item_ids)
+            exclude += seen[: max(0, RETRIEVER_EXCLUDE_LIMIT - len(exclude))]
+            retrieved = await self._stage(
+                "retrieve",
+                "RETRIEVER",
+                self.settings.retrieve_ms,
+                budget,
+                answer,
+                lambda t: self.retriever.Search(
+                    qpb.SearchRequest(
+                        vector=embedded.vector,
+                        k=self.settings.candidates,
+                        filter=qpb.SearchFilter(
+                            categories=query.categories, exclude_item_ids=exclude
+                        ),
+                    ),
+                    timeout=t,
+                ),
+            )
+        except StageFailed as failure:
+            return self.fallback(answer, failure.reason, query, seen)
+        blocked = {*query.exclude_item_ids, *seen}
+        candidates = [c for c in retrieved.items if c.item_id not in blocked]
+        return await self._rank_and_merge(
+            query, user, list(embedded.vector), candidates, budget, answer, seen
+        )
+
+    async def _similar(self, query: Query, budget: Budget, answer: Answer) -> Answer:
+        user: fpb.UserFeatures | None = None
+        seen: list[str] = []
+        if query.user_id:
+            user = await self._user(query, budget, answer)
+            seen = list(user.seen_item_ids) if user.found else []
+        depth = self.settings.candidates if user is not None and user.found else query.k
+        retrieved = await self._stage(
+            "retrieve",
+            "RETRIEVER",
+            self.settings.retrieve_ms,
+            budget,
+            answer,
+            lambda t: self.retriever.SimilarItems(
+                qpb.SimilarItemsRequest(
+                    item_id=query.item_id,
+                    k=depth,
+                    filter=qpb.SearchFilter(
+                        categories=query.categories, exclude_item_ids=query.exclude_item_ids
+                    ),
+                ),
+                timeout=t,
+            ),
+        )
+        blocked = {*query.exclude_item_ids, *seen}
+        candidates = [c for c in retrieved.items if c.item_id not in blocked]
+        if user is None or not user.found:
+            return await self._rank_and_merge(query, None, [], candidates, budget, answer, seen)
+        embedded = await self._stage(
+            "embed",
+            "RANKER",
+            self.settings.embed_ms,
+            budget,
+            answer,
+            lambda t: self.ranker.EmbedUser(rpb.EmbedUserRequest(user=user), timeout=t),
+        )
+        return await self._rank_and_merge(
+            query, user, list(embedded.vector), candidates, budget, answer, seen
+        )
+
+    async def _rank_and_merge(
+        self,
+        query: Query,
+        user: fpb.UserFeatures | None,
+        user_vector: list[float],
+        candidates: Sequence[qpb.ScoredItem],
+        budget: Budget,
+        answer: Answer,
+        seen: Sequence[str],
+    ) -> Answer:
+        trace.get_current_span().set_attribute(attr.CANDIDATES, len(candidates))
+        if not candidates:
+            return self.fallback(answer, "RETRIEVER_UNAVAILABLE", query, seen)
+        try:
+            details = await self._stage(
+                "item_features",
+                "FEATURES",
+                self.settings.item_features_ms,
+                budget,
+                answer,
+                lambda t: self.features.GetItemFeatures(
+                    fpb.GetItemFeaturesRequest(item_ids=[c.item_id for c in candidates]),
+                    timeout=t,
+                ),
+            )
+        except StageFailed as failure:
+            return self.fallback(answer, failure.reason, query, seen)
+        scores = [c.score for c in candidates]
+        if user is not None:
+            if self.settings.stage_delay_ms:
+                await asyncio.sleep(self.settings.stage_delay_ms / 1000)
+            try:
+                ranked = await self._stage(
+                    "rank",
+                    "RANKER",
+                    self.settings.rank_ms,
+                    budget,
+                    answer,
+                    lambda t: self.ranker.Score(
+                        rpb.ScoreRequest(
+                            user=user,
+                            user_vector=user_vector,
+                            candidates=[
+                                rpb.Candidate(
+                                    item_id=c.item_id, features=f, retrieval_score=c.score
+                                )
+                                for c, f in zip(candidates, details.items, strict=True)
+                            ],
+                        ),
+                        timeout=t,
+                    ),
+                )
+                scores = list(ranked.scores)
+                answer.model_version = ranked.model_version
+            except StageFailed as failure:
+                # Retrieval order is still personal: better than popularity.
+                answer.degraded = True
+                answer.reason = failure.reason
+                FALLBACKS.labels(failure.reason.lower()).inc()
+        started = time.perf_counter()
+        order = sorted(range(len(candidates)), key=lambda i: -scores[i])
+        chosen: dict[str, Item] = {}
+        for i in order:
+            c, f = candidates[i], details.items[i]
+            if c.item_id not in chosen:
+                chosen[c.item_id] = Item(c.item_id, float(scores[i]), f.title, tuple(f.categories))
+            if len(chosen) == query.k:
+                break
+        answer.items = list(chosen.values())
+        answer.timings.append(("merge", (time.perf_counter() - started) * 1000))
+        span = trace.get_current_span()
+        span.set_attribute(attr.RESULTS, len(answer.items))
+        span.set_attribute(attr.MODEL_VERSION, answer.model_version)
+        span.set_attribute(attr.DEGRADED, answer.degraded)
+        return answer

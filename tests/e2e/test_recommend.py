@@ -1,0 +1,186 @@
+"""The product as users meet it: through Envoy, against the real stack."""
+
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+
+import grpc
+import pandas as pd
+import pytest
+
+from recserve.recommend.v1 import recommend_pb2 as pb
+from recserve.recommend.v1 import recommend_pb2_grpc
+from recserve.retriever.v1 import retriever_pb2 as rpb
+from recserve.retriever.v1 import retriever_pb2_grpc
+from tests.helpers import poll_until
+
+REASON = pb.DegradedReason.Name
+
+
+@pytest.fixture(scope="module")
+def stub(stack):
+    channel = grpc.insecure_channel(stack.envoy_address)
+    yield recommend_pb2_grpc.RecommendServiceStub(channel)
+    channel.close()
+
+
+@pytest.fixture(scope="module")
+def history(built):
+    activity = pd.read_parquet(built.directory / "features" / "user_activity.parquet")
+    return dict(zip(activity["user_id"], activity["seen_item_ids"], strict=True))
+
+
+def full_answer(stub, user_id="42", **kwargs):
+    """Retries until the answer is not degraded (the stack may be recovering)."""
+
+    def attempt():
+        reply = stub.Recommend(pb.RecommendRequest(user_id=user_id, k=20, **kwargs), timeout=2)
+        return reply if not reply.degraded else None
+
+    return poll_until(attempt, 30, 0.2, "a full (not degraded) answer")
+
+
+def test_recommendations_are_valid_sorted_unseen_and_filtered(stub, history, built):
+    for user_id in ("1", "42", "500", "943"):
+        reply = full_answer(stub, user_id)
+        ids = [i.item_id for i in reply.items]
+        assert len(ids) == 20 and len(set(ids)) == 20
+        scores = [i.score for i in reply.items]
+        assert scores == sorted(scores, reverse=True)
+        assert not set(ids) & set(history[user_id])
+        assert all(i.title for i in reply.items)
+        assert reply.model_version == built.version and reply.request_id
+    excluded = [i.item_id for i in full_answer(stub, "42").items[:3]]
+    filtered = full_answer(
+        stub,
+        "42",
+        filter=pb.ItemFilter(categories=["Horror", "Western"], exclude_item_ids=excluded),
+    )
+    assert filtered.items
+    for item in filtered.items:
+        assert {"Horror", "Western"} & set(item.categories)
+        assert item.item_id not in excluded
+
+
+def test_similar_items_and_cold_start(stub):
+    similar = stub.SimilarItems(pb.SimilarItemsRequest(item_id="1", k=10), timeout=2)
+    assert len(similar.items) == 10 and "1" not in {i.item_id for i in similar.items}
+    personal = stub.SimilarItems(pb.SimilarItemsRequest(item_id="1", k=10, user_id="42"), timeout=2)
+    assert len(personal.items) == 10 and not personal.degraded
+    cold = stub.Recommend(pb.RecommendRequest(user_id="new-user-x", k=5), timeout=2)
+    assert cold.degraded and REASON(cold.degraded_reason) == "DEGRADED_REASON_COLD_START"
+    assert len(cold.items) == 5
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.SimilarItems(pb.SimilarItemsRequest(item_id="no-such-item", k=5), timeout=2)
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def post_json(stack, path, body, headers=None):
+    request = urllib.request.Request(
+        f"http://{stack.envoy_address}{path}",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **(headers or {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_json_through_transcoding(stack, stub):
+    full_answer(stub)
+    status, body = post_json(stack, "/v1/recommend", {"user_id": "42", "k": 10})
+    assert status == 200
+    assert len(body["items"]) == 10 and body["items"][0]["title"]
+    status, body = post_json(stack, "/v1/similar-items", {"item_id": "50", "k": 3})
+    assert status == 200 and len(body["items"]) == 3
+    status, _ = post_json(stack, "/v1/recommend", {"user_id": "42", "k": 0})
+    assert status == 400
+
+
+@pytest.mark.parametrize(
+    "request_fields, field",
+    [
+        ({"user_id": "42", "k": 0}, "k"),
+        ({"user_id": "42", "k": 101}, "k"),
+        ({"user_id": "", "k": 5}, "user_id"),
+        ({"user_id": "42", "k": 5, "filter": pb.ItemFilter(categories=[""])}, "filter.categories"),
+    ],
+)
+def test_bad_input_names_the_field(stub, request_fields, field):
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Recommend(pb.RecommendRequest(**request_fields), timeout=2)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith(field + ":")
+
+
+def component_pid(stack, marker):
+    for process in stack.descendants():
+        if marker in " ".join(process.cmdline()):
+            return process.pid
+    raise AssertionError(f"no process matching {marker}")
+
+
+@contextmanager
+def frozen(stack, marker):
+    """SIGSTOP a component (a hung dependency), SIGCONT it afterwards."""
+    pid = component_pid(stack, marker)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize(
+    "marker, reasons",
+    [
+        ("services.features", {"FEATURES_TIMEOUT", "FEATURES_UNAVAILABLE"}),
+        ("services.retriever", {"RETRIEVER_TIMEOUT", "RETRIEVER_UNAVAILABLE"}),
+        ("services.ranker", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}),
+        ("tritonserver", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}),
+    ],
+)
+def test_each_dependency_down_degrades_then_recovers(stack, stub, marker, reasons):
+    full_answer(stub)
+    with frozen(stack, marker):
+        for user_id in ("1", "2", "3"):
+            reply = stub.Recommend(
+                pb.RecommendRequest(user_id=user_id, k=10, debug=True), timeout=2
+            )
+            assert reply.degraded, marker
+            assert REASON(reply.degraded_reason).removeprefix("DEGRADED_REASON_") in reasons
+            assert len(reply.items) == 10
+            # The budget held: no stage ran past the whole request's budget.
+            assert sum(t.duration_ms for t in reply.stage_timings) < 100 + 25
+    reply = full_answer(stub, "1")
+    assert not reply.degraded and reply.model_version
+
+
+def test_admin_calls_need_a_token_and_soft_delete_applies(stack, stub):
+    channel = grpc.insecure_channel(stack.envoy_address)
+    retriever = retriever_pb2_grpc.RetrieverServiceStub(channel)
+    target = full_answer(stub, "42").items[0].item_id
+    request = rpb.DeleteItemsRequest(item_ids=[target], mode=rpb.DELETE_MODE_SOFT)
+    with pytest.raises(grpc.RpcError) as raised:
+        retriever.DeleteItems(request, timeout=5)
+    assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as forged:
+        retriever.DeleteItems(request, timeout=5, metadata=[("authorization", "Bearer x.y.z")])
+    assert forged.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert target in {i.item_id for i in full_answer(stub, "42").items}  # nothing applied
+    with pytest.raises(grpc.RpcError) as internal:
+        retriever.Search(rpb.SearchRequest(vector=[0.1] * 64, k=1), timeout=5)
+    assert internal.value.code() == grpc.StatusCode.UNIMPLEMENTED  # not routed publicly
+    token = (stack.data_dir / "auth" / "admin.token").read_text().strip()
+    reply = retriever.DeleteItems(
+        request, timeout=5, metadata=[("authorization", f"Bearer {token}")]
+    )
+    assert reply.deleted == 1
+    assert target not in {i.item_id for i in full_answer(stub, "42").items}
+    channel.close()
