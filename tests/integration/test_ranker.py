@@ -17,10 +17,10 @@ from pipelines.triton_repo import model_specs, publish_model
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve_stack.triton_process import running_triton, start_triton
 from services.ranker.config import RankerSettings
 from services.ranker.server import create_server
 from tests.helpers import apoll_until
-from tests.triton_server import running_triton, start_triton
 
 
 @pytest.fixture(scope="module")

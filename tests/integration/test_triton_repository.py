@@ -11,7 +11,7 @@ from recserve_model.encoding import EncodingSpec
 from tritonclient.grpc import InferInput, InferRequestedOutput
 
 from pipelines.triton_repo import model_specs
-from tests.triton_server import running_triton
+from recserve_stack.triton_process import running_triton
 
 MODELS = ["user_tower", "ranker", "ranker_int8"]
 

@@ -1,9 +1,12 @@
-"""Starts the real tritonserver (pytriton wheel) the way the stack runner does."""
+"""One tritonserver process (pytriton wheel), started the way the stack runner
+starts it; for tests and benchmarks that need Triton alone."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,7 +15,15 @@ from pathlib import Path
 from recserve_stack import triton
 from recserve_stack.probes import http_ok
 from recserve_stack.settings import StackSettings
-from tests.helpers import free_ports, poll_until
+
+
+def free_ports(count: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < count:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.add(int(sock.getsockname()[1]))
+    return sorted(ports)
 
 
 @dataclass
@@ -77,7 +88,11 @@ def start_triton(
 def running_triton(data_dir: Path, repository: Path, models: list[str]) -> Iterator[TritonProcess]:
     server = start_triton(data_dir, repository, models)
     try:
-        poll_until(server.ready, 120, 0.2, "Triton ready")
+        deadline = time.monotonic() + 180
+        while not server.ready():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Triton not ready:\n{server.log.read_text()[-3000:]}")
+            time.sleep(0.2)
         yield server
     finally:
         server.stop()

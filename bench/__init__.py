@@ -1,0 +1,1 @@
+"""Load generator and benchmarks; results go to docs/benchmarks.md with the command."""

@@ -1,0 +1,215 @@
+"""`python -m bench ...`: benchmarks. Each prints a table and writes JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console()
+
+
+def machine() -> str:
+    cpus = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    return f"{platform.machine()}, {cpus} cores, Python {platform.python_version()}"
+
+
+def write(out: Path | None, payload: dict[str, object]) -> None:
+    payload = {
+        "machine": machine(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": " ".join(sys.argv),
+        **payload,
+    }
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(payload, indent=2))
+    console.print_json(json.dumps(payload))
+
+
+@app.command()
+def load(
+    target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
+    rate: Annotated[float, typer.Option(help="Requests per second.")] = 200.0,
+    duration: Annotated[float, typer.Option(help="Seconds.", max=600)] = 30.0,
+    k: int = 20,
+    out: Path | None = None,
+) -> None:
+    """Open-loop Recommend load through Envoy (constant arrival rate)."""
+    from bench.load import run_load
+
+    result = asyncio.run(run_load(target, rate, duration, k=k))
+    table = Table(title=f"Recommend at {rate:.0f}/s for {duration:.0f}s via {target}")
+    for column in ("p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "degraded"):
+        table.add_column(column)
+    s = result.summary()
+    table.add_row(
+        str(s["p50_ms"]),
+        str(s["p90_ms"]),
+        str(s["p99_ms"]),
+        str(s["p999_ms"]),
+        str(sum(result.errors.values())),
+        str(sum(result.degraded.values())),
+    )
+    console.print(table)
+    write(out, {"benchmark": "recommend_open_loop", **s})
+
+
+@app.command()
+def features(
+    data_dir: Annotated[Path, typer.Option(help="A data dir with built artifacts.")] = Path("data"),
+    redis_url: Annotated[str, typer.Option(help="A running Redis (host:port); empty skips.")] = "",
+    calls: int = 2000,
+    out: Path | None = None,
+) -> None:
+    """Features service latency: SQLite vs Redis, item cache cold vs warm."""
+    from bench.features_bench import run
+
+    rows = run(data_dir.resolve(), redis_url, calls)
+    table = Table(title="features service via gRPC (sequential calls)")
+    for column in ("store", "cache", "rpc", "p50 ms", "p99 ms", "max ms"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            str(r["store"]),
+            str(r["cache"]),
+            str(r["rpc"]),
+            str(r["p50_ms"]),
+            str(r["p99_ms"]),
+            str(r["max_ms"]),
+        )
+    console.print(table)
+    write(out, {"benchmark": "features", "calls": calls, "rows": rows})
+
+
+@app.command()
+def ranker(
+    data_dir: Annotated[Path, typer.Option(help="A data dir with built artifacts.")] = Path("data"),
+    rows: Annotated[int, typer.Option(help="Rows of the big embedding table.")] = 5_000_000,
+    seconds: float = 5.0,
+    work_dir: Path = Path("build/bench-ranker"),
+    parts: Annotated[str, typer.Option(help="Any of batching,gather,memory.")] = (
+        "batching,gather,memory"
+    ),
+    out: Path | None = None,
+) -> None:
+    """Batching on vs off; in-graph gather vs per-request table; fp32 vs int8 memory."""
+    import shutil
+
+    import psutil
+    from recserve_model import artifacts
+    from recserve_model.encoding import EncodingSpec
+
+    from bench import ranker_bench as rb
+    from recserve_stack.triton_process import running_triton
+
+    artifact = artifacts.current(data_dir)
+    spec = EncodingSpec.load(artifact / "encoding.json")
+    wanted = set(parts.split(","))
+    results: dict[str, object] = {"benchmark": "ranker", "rows": rows}
+    if "batching" in wanted:
+        shutil.rmtree(work_dir / "batching", ignore_errors=True)
+        repo = work_dir / "batching" / "repository"
+        rb.batching_repository(artifact, repo, artifact.name)
+        levels = (1, 2, 4, 8, 16, 32, 64)
+        with running_triton(work_dir / "batching", repo, ["ranker", "ranker_nobatch"]) as server:
+            sweep = asyncio.run(
+                rb.batching_sweep(server.grpc_url, spec, spec.num_rows, seconds, levels)
+            )
+        on, off = rb.best_within(sweep["ranker"]), rb.best_within(sweep["ranker_nobatch"])
+        table = Table(title="Triton, 200-candidate requests, closed loop")
+        for column in ("clients", "off rps", "off p99 ms", "on rps", "on p99 ms"):
+            table.add_column(column)
+        for a, b in zip(sweep["ranker_nobatch"], sweep["ranker"], strict=True):
+            table.add_row(
+                str(a["clients"]), str(a["rps"]), str(a["p99_ms"]), str(b["rps"]), str(b["p99_ms"])
+            )
+        console.print(table)
+        ratio = round(on / off, 2) if off else None
+        console.print(f"best rps with p99 <= 50 ms: off {off}, on {on}, ratio {ratio}x")
+        results["batching"] = sweep
+        results["batching_best_rps_p99_50ms"] = {"off": off, "on": on, "ratio": ratio}
+    big_spec = EncodingSpec(spec.item_ids, spec.genres, spec.occupations, spec.embedding_dim)
+    big = work_dir / "big"
+    if wanted & {"gather", "memory"} and not (big / "ranker_int8" / "model.onnx").exists():
+        console.print(f"building a {rows:,}-row ranker (fp32 and int8)...")
+        rb.big_ranker_artifact(big_spec, rows, big)
+    if "gather" in wanted:
+        results["gather"] = rb.gather_comparison(big, big_spec, rows, calls=200)
+        console.print(f"gather in graph vs table per request: {results['gather']}")
+    if "memory" in wanted:
+        memory: dict[str, float] = {}
+        (big / "encoding.json").write_text((artifact / "encoding.json").read_text())
+        for variant in ("ranker", "ranker_int8"):
+            repo = work_dir / f"mem-{variant}" / "repository"
+            shutil.rmtree(repo, ignore_errors=True)
+            model = next(m for m in rb.model_specs(big_spec) if m.name == variant)
+            rb.publish_model(repo, model, big, "big")
+            with running_triton(work_dir / f"mem-{variant}", repo, [variant]) as server:
+                asyncio.run(rb.touch_all_rows(server.grpc_url, variant, big_spec, rows))
+                memory[variant] = rb.triton_rss_mb(psutil.Process(server.process.pid))
+        memory["int8_over_fp32"] = round(memory["ranker_int8"] / memory["ranker"], 3)
+        console.print(f"Triton resident memory after touching every row (MB): {memory}")
+        results["resident_memory_mb"] = memory
+    write(out, results)
+
+
+@app.command()
+def retriever(
+    points: Annotated[int, typer.Option(max=5_000_000)] = 1_000_000,
+    compare_points: int = 100_000,
+    queries: int = 200,
+    work_dir: Path = Path("build/bench-retriever"),
+    out: Path | None = None,
+) -> None:
+    """Qdrant Edge HNSW p50/p99 and recall@100 by ef; vs qdrant-client local mode."""
+    from rich.progress import Progress
+
+    from bench import retriever_bench as rb
+    from pipelines.synthetic import write_synthetic
+
+    items = work_dir / "synthetic" / "item_vectors.parquet"
+    if not items.exists():
+        write_synthetic(items.parent, points, 1000, 64, 7, console)
+    efs = (32, 64, 128, 256)
+    with Progress(console=console) as progress:
+        big = rb.run(items, work_dir / "edge-big", points, queries, efs, progress)
+        small = rb.run(items, work_dir / "edge-small", compare_points, queries, (128,), progress)
+        local = rb.run_local_mode(items, compare_points, queries, 128, progress)
+    table = Table(title=f"Qdrant Edge, {points:,} x 64, k=100 (in-process search)")
+    for column in ("filter", "ef", "p50 ms", "p99 ms", "recall@100"):
+        table.add_column(column)
+    for name in ("edge_unfiltered", "edge_filtered"):
+        for row in big[name]:  # type: ignore[union-attr]
+            table.add_row(
+                name.removeprefix("edge_"),
+                str(row["ef"]),
+                str(row["p50_ms"]),
+                str(row["p99_ms"]),
+                str(row["recall_at_100"]),
+            )
+    console.print(table)
+    console.print({"at": compare_points, "edge": small, "qdrant_client_local": local})
+    write(
+        out,
+        {
+            "benchmark": "retriever",
+            "large": big,
+            "compare_edge": small,
+            "compare_local_mode": local,
+        },
+    )
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,93 @@
+"""Open-loop load: Recommend at a constant arrival rate through Envoy.
+
+Request i is due at t0 + i / rate whether or not earlier ones finished, and
+its latency counts from when it was due, not from when it was sent, so a
+stalled server shows up in the numbers instead of slowing the generator
+down (no coordinated omission). Bounded in count and time; loopback only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import grpc
+from hdrh.histogram import HdrHistogram
+
+from recserve.recommend.v1 import recommend_pb2 as pb
+from recserve.recommend.v1 import recommend_pb2_grpc
+
+
+@dataclass
+class LoadResult:
+    rate: float
+    duration_s: float
+    sent: int = 0
+    ok: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    degraded: Counter[str] = field(default_factory=Counter)
+    histogram: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 60_000_000, 3))
+    late_sends: int = 0  # requests the generator itself sent >5 ms after their due time
+
+    def percentile_ms(self, p: float) -> float:
+        return self.histogram.get_value_at_percentile(p) / 1000
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "rate_rps": self.rate,
+            "duration_s": self.duration_s,
+            "sent": self.sent,
+            "ok": self.ok,
+            "p50_ms": round(self.percentile_ms(50), 2),
+            "p90_ms": round(self.percentile_ms(90), 2),
+            "p99_ms": round(self.percentile_ms(99), 2),
+            "p999_ms": round(self.percentile_ms(99.9), 2),
+            "max_ms": round(self.histogram.get_max_value() / 1000, 2),
+            "errors": dict(self.errors),
+            "degraded": dict(self.degraded),
+            "late_sends": self.late_sends,
+        }
+
+
+async def run_load(
+    target: str,
+    rate: float,
+    duration_s: float,
+    k: int = 20,
+    users: int = 943,
+    timeout_s: float = 1.0,
+) -> LoadResult:
+    result = LoadResult(rate, duration_s)
+    total = int(rate * duration_s)
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+        # Warm the path (connections, caches) before measuring.
+        for n in range(20):
+            await stub.Recommend(pb.RecommendRequest(user_id=str(1 + n), k=k), timeout=5)
+        start = time.perf_counter() + 0.05
+
+        async def one(i: int) -> None:
+            due = start + i / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if time.perf_counter() - due > 0.005:
+                result.late_sends += 1
+            request = pb.RecommendRequest(user_id=str(1 + (i * 7919) % users), k=k)
+            try:
+                reply = await stub.Recommend(request, timeout=timeout_s)
+                result.ok += 1
+                if reply.degraded:
+                    result.degraded[pb.DegradedReason.Name(reply.degraded_reason)] += 1
+            except grpc.aio.AioRpcError as exc:
+                result.errors[exc.code().name] += 1
+            finally:
+                elapsed_us = int((time.perf_counter() - due) * 1_000_000)
+                result.histogram.record_value(max(1, elapsed_us))
+
+        tasks = [asyncio.create_task(one(i)) for i in range(total)]
+        result.sent = total
+        await asyncio.gather(*tasks)
+    return result
