@@ -57,15 +57,31 @@ def inputs_for(feed: dict[str, np.ndarray]) -> list[InferInput]:
 # -- 1. batching ---------------------------------------------------------------
 
 
-def batching_repository(artifact: Path, target: Path, version: str) -> None:
+QUEUE_DELAYS_US = (250, 500, 1000, 2000)
+
+
+def batching_repository(artifact: Path, target: Path, version: str) -> list[str]:
+    """The ranker without dynamic batching and with each queue delay; their names."""
     spec = EncodingSpec.load(artifact / "encoding.json")
     ranker = next(m for m in model_specs(spec) if m.name == "ranker")
     publish_model(target, ranker, artifact, version)
+    base = cpu_config(ranker)
+    names = ["ranker_nobatch"]
     off = target / "ranker_nobatch"
     shutil.copytree(target / "ranker", off)
-    config = cpu_config(ranker).replace('name: "ranker"', 'name: "ranker_nobatch"')
+    config = base.replace('name: "ranker"', 'name: "ranker_nobatch"')
     config = "\n".join(line for line in config.splitlines() if "dynamic_batching" not in line)
     (off / "config.pbtxt").write_text(config + "\n")
+    for delay in QUEUE_DELAYS_US:
+        name = f"ranker_q{delay}"
+        shutil.copytree(target / "ranker", target / name)
+        config = base.replace('name: "ranker"', f'name: "{name}"').replace(
+            f"max_queue_delay_microseconds: {ranker.cpu_queue_delay_us}",
+            f"max_queue_delay_microseconds: {delay}",
+        )
+        (target / name / "config.pbtxt").write_text(config)
+        names.append(name)
+    return names
 
 
 async def closed_loop(

