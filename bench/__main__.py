@@ -220,14 +220,22 @@ def report(
     traces: Annotated[Path, typer.Option(help="Folder of OTLP JSON span files.")] = Path(
         "data/traces"
     ),
+    charts_dir: Path = Path("build/report"),
     out: Path | None = None,
 ) -> None:
     """Latency budget by stage from the spans: where does p99 go?"""
     from dataclasses import asdict
 
-    from bench.report import default_budgets, spans_from_files, stage_report
+    from bench.report import (
+        default_budgets,
+        request_totals,
+        spans_from_files,
+        stage_report,
+        write_charts,
+    )
 
-    e2e, rows = stage_report(spans_from_files(sorted(traces.glob("*.jsonl"))), default_budgets())
+    spans = spans_from_files(sorted(traces.glob("*.jsonl")))
+    e2e, rows = stage_report(spans, default_budgets())
     table = Table(
         title=f"{e2e['requests']} requests; end to end p50 {e2e['p50_ms']:.1f} ms, "
         f"p99 {e2e['p99_ms']:.1f} ms"
@@ -257,6 +265,8 @@ def report(
             str(r.over_budget),
         )
     console.print(table)
+    charts = write_charts(e2e, rows, request_totals(spans), charts_dir)
+    console.print(f"charts: {', '.join(str(c) for c in charts)}")
     if out is not None:
         write(
             out,

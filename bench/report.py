@@ -101,3 +101,65 @@ def default_budgets() -> dict[str, float]:
         "item_features": s.item_features_ms,
         "rank": s.rank_ms,
     }
+
+
+def write_charts(
+    e2e: dict[str, float], rows: list[StageRow], totals_ms: list[float], out_dir: Path
+) -> list[Path]:
+    """Stacked stage shares at p50 and p99, and the end-to-end latency CDF,
+    as a PNG and a self-contained HTML page that embeds it."""
+    import base64
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, (shares, cdf) = plt.subplots(1, 2, figsize=(12, 4.5))
+    bottoms = {"p50": 0.0, "p99": 0.0}
+    for row in rows:
+        values = {"p50": row.p50_ms, "p99": row.p99_ms}
+        shares.bar(
+            list(values), list(values.values()), bottom=list(bottoms.values()), label=row.stage
+        )
+        for key in bottoms:
+            bottoms[key] += values[key]
+    shares.plot(
+        ["p50", "p99"], [e2e["p50_ms"], e2e["p99_ms"]], "k_", markersize=40, label="end to end"
+    )
+    shares.set_ylabel("ms")
+    shares.set_title("Stage latency stacked, at p50 and p99")
+    shares.legend(fontsize=8)
+    ordered = np.sort(np.asarray(totals_ms))
+    cdf.plot(ordered, np.arange(1, len(ordered) + 1) / max(1, len(ordered)))
+    cdf.set_xlabel("end-to-end ms")
+    cdf.set_ylabel("fraction of requests")
+    cdf.set_title(f"Latency CDF ({len(ordered)} requests)")
+    cdf.grid(alpha=0.3)
+    fig.tight_layout()
+    png = out_dir / "latency_budget.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    html = out_dir / "latency_budget.html"
+    rows_html = "".join(
+        f"<tr><td>{r.stage}</td><td>{r.p50_ms:.2f}</td><td>{r.p95_ms:.2f}</td>"
+        f"<td>{r.p99_ms:.2f}</td><td>{r.share_p50:.0%}</td><td>{r.share_p99:.0%}</td>"
+        f"<td>{r.budget_ms:.0f}</td><td>{r.over_budget}</td></tr>"
+        for r in rows
+    )
+    image = base64.b64encode(png.read_bytes()).decode()
+    html.write_text(
+        "<!doctype html><meta charset=utf-8><title>recserve latency budget</title>"
+        f"<h1>Latency budget</h1><p>{int(e2e['requests'])} requests; end to end p50 "
+        f"{e2e['p50_ms']:.1f} ms, p99 {e2e['p99_ms']:.1f} ms</p>"
+        "<table border=1 cellpadding=4><tr><th>stage</th><th>p50 ms</th><th>p95 ms</th>"
+        "<th>p99 ms</th><th>share@p50</th><th>share@p99</th><th>budget ms</th>"
+        f"<th>over budget</th></tr>{rows_html}</table>"
+        f'<p><img alt="stage shares and latency CDF" src="data:image/png;base64,{image}"></p>'
+    )
+    return [png, html]
+
+
+def request_totals(spans: list[dict[str, object]]) -> list[float]:
+    return [duration_ms(s) for s in spans if s.get("name") in REQUEST_SPANS]

@@ -47,3 +47,17 @@ def test_report_numbers_equal_a_hand_computed_example(tmp_path):
     assert rank.p50_ms == pytest.approx(23.0) and rank.p95_ms == pytest.approx(34.7)
     assert rank.share_p99 == pytest.approx(35.74 / 39.8)
     assert rank.over_budget == 1  # 36 ms > 30 ms
+
+
+def test_charts_are_written_as_png_and_html(tmp_path):
+    from bench.report import StageRow, write_charts
+
+    rows = [
+        StageRow("features", 2, 3.0, 3.8, 3.98, 0.1, 0.1, 3.0, 1),
+        StageRow("rank", 2, 23.0, 34.7, 35.74, 0.77, 0.9, 30.0, 1),
+    ]
+    e2e = {"requests": 2, "p50_ms": 30.0, "p95_ms": 39.0, "p99_ms": 39.8}
+    png, html = write_charts(e2e, rows, [20.0, 40.0], tmp_path)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = html.read_text()
+    assert "<td>rank</td><td>23.00</td>" in page and "data:image/png;base64," in page
