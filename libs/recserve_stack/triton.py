@@ -12,6 +12,7 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from recserve_stack.settings import StackSettings
 
@@ -67,10 +68,38 @@ def command(settings: StackSettings, models: list[str]) -> list[str]:
         f"--metrics-port={settings.triton_metrics_port}",
         "--log-verbose=0",
     ]
+    traces = otlp_http_traces_url()
+    if traces:
+        # Only requests that carry a trace context (from the ranker) are traced.
+        argv += [
+            "--trace-config=mode=opentelemetry",
+            "--trace-config=rate=0",
+            "--trace-config=level=TIMESTAMPS",
+            f"--trace-config=opentelemetry,url={traces}",
+            "--trace-config=opentelemetry,resource=service.name=triton",
+        ]
     if settings.triton_config_name:
         argv.append(f"--model-config-name={settings.triton_config_name}")
     argv += [f"--load-model={name}" for name in models]
     return argv
+
+
+def otlp_http_traces_url() -> str:
+    """Triton exports OTLP over HTTP: the collector's 4318 beside the gRPC 4317.
+
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT wins when it is an HTTP traces URL;
+    otherwise the OTLP endpoint's host with port + 1 (the collector's default
+    pair) and /v1/traces.
+    """
+    explicit = os.environ.get("RECSERVE_STACK_TRITON_OTLP_HTTP_URL", "")
+    if explicit:
+        return explicit
+    raw = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    if not raw:
+        return ""
+    parsed = urlsplit(raw if "://" in raw else f"http://{raw}")
+    port = (parsed.port or 4317) + 1
+    return f"http://{parsed.hostname or '127.0.0.1'}:{port}/v1/traces"
 
 
 def environment(settings: StackSettings) -> dict[str, str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc.aio as triton_aio
+from opentelemetry import propagate
 from recserve_model import artifacts
 from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 from tritonclient.grpc import InferInput, InferRequestedOutput, KeepAliveOptions
@@ -195,6 +196,8 @@ class Ranker:
     async def _infer(
         self, model: str, version: int, inputs: list[InferInput], output: str, timeout_s: float
     ) -> np.ndarray:
+        headers: dict[str, str] = {}
+        propagate.inject(headers)  # Triton continues the caller's trace
         try:
             result = await self.client.infer(
                 model,
@@ -202,6 +205,7 @@ class Ranker:
                 model_version=str(version),
                 outputs=[InferRequestedOutput(output)],
                 client_timeout=timeout_s,
+                headers=headers,
             )
         except InferenceServerException as exc:
             status = str(exc.status() or "")

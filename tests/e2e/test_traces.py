@@ -1,7 +1,11 @@
 """One request, one trace: a real OTLP gRPC receiver started by the test gets
 spans from Envoy, the gateway and every backend, with the right edges."""
 
+import json
+import threading
 from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -16,6 +20,7 @@ EXPECTED_EDGES = {
     ("gateway", "features"),
     ("gateway", "ranker"),
     ("gateway", "retriever"),
+    ("ranker", "triton"),
 }
 GATEWAY_STAGES = {
     "gateway.features",
@@ -27,12 +32,43 @@ GATEWAY_STAGES = {
 
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    """The receiving end of OTLP/gRPC; keeps every span with its service."""
+    """The receiving end of OTLP/gRPC (and, for Triton, OTLP/HTTP)."""
 
     def __init__(self) -> None:
         self.spans: list[tuple[str, object]] = []
 
-    def Export(self, request, context):
+    def Export(self, request, context=None):
+        self.keep(request)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def keep_json(self, payload: dict) -> None:
+        """OTLP/JSON, as Triton's exporter sends it (ids as hex strings)."""
+        for resource_spans in payload.get("resourceSpans", []):
+            attributes = resource_spans.get("resource", {}).get("attributes", [])
+            service = next(
+                (
+                    a["value"].get("stringValue", "?")
+                    for a in attributes
+                    if a["key"] == "service.name"
+                ),
+                "?",
+            )
+            for scope in resource_spans.get("scopeSpans", []):
+                for span in scope.get("spans", []):
+                    self.spans.append(
+                        (
+                            service,
+                            SimpleNamespace(
+                                name=span.get("name", ""),
+                                trace_id=bytes.fromhex(span["traceId"]),
+                                span_id=bytes.fromhex(span["spanId"]),
+                                parent_span_id=bytes.fromhex(span.get("parentSpanId", "")),
+                                attributes=[],
+                            ),
+                        )
+                    )
+
+    def keep(self, request) -> None:
         for resource_spans in request.resource_spans:
             service = next(
                 (
@@ -44,7 +80,33 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
             )
             for scope in resource_spans.scope_spans:
                 self.spans.extend((service, span) for span in scope.spans)
-        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def http_receiver(receiver: Receiver) -> tuple[ThreadingHTTPServer, int]:
+    """OTLP/HTTP (protobuf) on /v1/traces: how Triton exports."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["content-length"]))
+            if "json" in self.headers.get("content-type", ""):
+                receiver.keep_json(json.loads(body))
+            else:
+                request = trace_service_pb2.ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                receiver.keep(request)
+            reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
 
 
 def test_one_request_is_one_trace_across_every_component(built, tmp_path):
@@ -54,11 +116,13 @@ def test_one_request_is_one_trace_across_every_component(built, tmp_path):
     port = free_port()
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
+    http_server, http_port = http_receiver(receiver)
     data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
     otel = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
         "OTEL_EXPORTER_OTLP_INSECURE": "true",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "RECSERVE_STACK_TRITON_OTLP_HTTP_URL": f"http://127.0.0.1:{http_port}/v1/traces",
     }
     try:
         with running_stack(data_dir, **otel) as stack:
@@ -83,7 +147,7 @@ def test_one_request_is_one_trace_across_every_component(built, tmp_path):
                     services = {svc for svc, _ in spans}
                     if (
                         names >= GATEWAY_STAGES
-                        and {"envoy", "features", "ranker", "retriever"} <= services
+                        and {"envoy", "features", "ranker", "retriever", "triton"} <= services
                     ):
                         return spans
                 return None
@@ -91,6 +155,7 @@ def test_one_request_is_one_trace_across_every_component(built, tmp_path):
             spans = poll_until(trace_of_full_request, 30, 0.2, "the spans of one request")
     finally:
         server.stop(0)
+        http_server.shutdown()
     service_of = {span.span_id: service for service, span in spans}
     edges = {
         (service_of[span.parent_span_id], service)
