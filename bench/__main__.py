@@ -220,6 +220,7 @@ def report(
     traces: Annotated[Path, typer.Option(help="Folder of OTLP JSON span files.")] = Path(
         "data/traces"
     ),
+    tempo: Annotated[str, typer.Option(help="Tempo base URL; read spans there instead.")] = "",
     charts_dir: Path = Path("build/report"),
     out: Path | None = None,
 ) -> None:
@@ -230,11 +231,12 @@ def report(
         default_budgets,
         request_totals,
         spans_from_files,
+        spans_from_tempo,
         stage_report,
         write_charts,
     )
 
-    spans = spans_from_files(sorted(traces.glob("*.jsonl")))
+    spans = spans_from_tempo(tempo) if tempo else spans_from_files(sorted(traces.glob("*.jsonl")))
     e2e, rows = stage_report(spans, default_budgets())
     table = Table(
         title=f"{e2e['requests']} requests; end to end p50 {e2e['p50_ms']:.1f} ms, "

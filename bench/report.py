@@ -163,3 +163,36 @@ def write_charts(
 
 def request_totals(spans: list[dict[str, object]]) -> list[float]:
     return [duration_ms(s) for s in spans if s.get("name") in REQUEST_SPANS]
+
+
+def spans_from_tempo(
+    base_url: str, limit: int = 500, lookback_s: int = 3600
+) -> list[dict[str, object]]:
+    """Gateway traces from Tempo's HTTP API (search, then each trace as OTLP JSON)."""
+    import time
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode(
+        {
+            "q": '{ resource.service.name = "gateway" }',
+            "limit": limit,
+            "start": int(time.time()) - lookback_s,
+            "end": int(time.time()),
+        }
+    )
+    with urllib.request.urlopen(f"{base_url}/api/search?{query}", timeout=30) as response:
+        found = json.loads(response.read())
+    spans: list[dict[str, object]] = []
+    for entry in found.get("traces", []):
+        url = f"{base_url}/api/traces/{entry['traceID']}"
+        request = urllib.request.Request(url, headers={"Accept": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            trace = json.loads(response.read())
+        # Tempo answers OTLP JSON under "batches" (older) or "resourceSpans".
+        for resource in trace.get("batches", []) + trace.get("resourceSpans", []):
+            for scope in resource.get(
+                "scopeSpans", resource.get("instrumentationLibrarySpans", [])
+            ):
+                spans.extend(scope.get("spans", []))
+    return spans

@@ -338,6 +338,7 @@ class Gateway:
             )
         except StageFailed as failure:
             return self.fallback(answer, failure.reason, query, seen)
+        trace.get_current_span().set_attribute(attr.CACHE_HITS, details.cache_hits)
         scores = [c.score for c in candidates]
         if user is not None:
             if self.settings.stage_delay_ms:

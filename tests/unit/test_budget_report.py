@@ -61,3 +61,58 @@ def test_charts_are_written_as_png_and_html(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = html.read_text()
     assert "<td>rank</td><td>23.00</td>" in page and "data:image/png;base64," in page
+
+
+def test_spans_are_read_from_tempos_http_api():
+    """The reader against Tempo's documented search and trace endpoints, served
+    here by a stand-in HTTP server (no Tempo can be installed on this machine)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bench.report import spans_from_tempo
+
+    recommend = "/recserve.recommend.v1.RecommendService/Recommend"
+    trace = {
+        "batches": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            span("r1", recommend, 0, 20),
+                            span("a", "gateway.rank", 2, 12, "r1"),
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    seen = []
+
+    class Tempo(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.path)
+            body = (
+                trace
+                if self.path.startswith("/api/traces/")
+                else {"traces": [{"traceID": "abc123"}]}
+            )
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Tempo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spans = spans_from_tempo(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+    assert [s["name"] for s in spans] == [recommend, "gateway.rank"]
+    assert seen[0].startswith("/api/search?") and "gateway" in seen[0]
+    assert seen[1] == "/api/traces/abc123"
+    e2e, rows = stage_report(spans, {"rank": 30.0})
+    assert e2e["requests"] == 1 and rows[0].p50_ms == pytest.approx(10.0)
