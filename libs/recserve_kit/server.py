@@ -9,6 +9,7 @@ service's own cleanups and flushes telemetry, in that order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -61,6 +62,12 @@ class Service:
     on_start: list[Cleanup] = field(default_factory=list)
     # The service's domain object, for in-process tests and wiring.
     domain: Any = None
+    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def run_in_background(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Runs ``loop`` from start until shutdown (watchers, reloaders)."""
+        self.background.append(loop)
 
     @property
     def address(self) -> str:
@@ -70,6 +77,7 @@ class Service:
         await self.server.start()
         for hook in self.on_start:
             await hook()
+        self._tasks = [asyncio.create_task(loop()) for loop in self.background]
         await self.health.mark_started()
         self.health.start_probes(self.probes)
         log.info("serving", extra={"fields": {"address": self.address}})
@@ -80,6 +88,11 @@ class Service:
         if grace_s is None and self.settings.shutdown_drain_s:
             await asyncio.sleep(self.settings.shutdown_drain_s)
         await self.server.stop(self.settings.shutdown_grace_s if grace_s is None else grace_s)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         for cleanup in self.cleanups:
             await cleanup()
 

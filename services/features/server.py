@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import pandas as pd
@@ -61,7 +60,6 @@ async def create_server(settings: FeaturesSettings) -> Service:
         ],
         probes=[DependencyProbe("online_store", online_store_answers, interval_s=2.0)],
     )
-    watcher: asyncio.Task[None] | None = None
 
     async def watch_publishes() -> None:
         # A new artifact: publish it, and drop cached items from the old one.
@@ -79,17 +77,6 @@ async def create_server(settings: FeaturesSettings) -> Service:
                 served["version"] = version
                 log.info("serving features of %s", version)
 
-    async def start_watcher() -> None:
-        nonlocal watcher
-        watcher = asyncio.create_task(watch_publishes())
-
-    async def stop_watcher() -> None:
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-
-    service.on_start.append(start_watcher)
-    service.cleanups.append(stop_watcher)
+    service.run_in_background(watch_publishes)
     service.domain = features
     return service

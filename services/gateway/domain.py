@@ -229,6 +229,18 @@ class Gateway:
         )
         return reply.user
 
+    async def _embed(
+        self, user: fpb.UserFeatures, budget: Budget, answer: Answer
+    ) -> rpb.EmbedUserResponse:
+        return await self._stage(
+            "embed",
+            "RANKER",
+            self.settings.embed_ms,
+            budget,
+            answer,
+            lambda t: self.ranker.EmbedUser(rpb.EmbedUserRequest(user=user), timeout=t),
+        )
+
     async def _recommend(self, query: Query, budget: Budget, answer: Answer) -> Answer:
         user = await self._user(query, budget, answer)
         trace.get_current_span().set_attribute(attr.USER_FOUND, user.found)
@@ -236,14 +248,7 @@ class Gateway:
             return self.fallback(answer, "COLD_START", query)
         seen = list(user.seen_item_ids)
         try:
-            embedded = await self._stage(
-                "embed",
-                "RANKER",
-                self.settings.embed_ms,
-                budget,
-                answer,
-                lambda t: self.ranker.EmbedUser(rpb.EmbedUserRequest(user=user), timeout=t),
-            )
+            embedded = await self._embed(user, budget, answer)
             exclude = list(query.exclude_item_ids)
             exclude += seen[: max(0, RETRIEVER_EXCLUDE_LIMIT - len(exclude))]
             retrieved = await self._stage(
@@ -299,14 +304,7 @@ class Gateway:
         candidates = [c for c in retrieved.items if c.item_id not in blocked]
         if user is None or not user.found:
             return await self._rank_and_merge(query, None, [], candidates, budget, answer, seen)
-        embedded = await self._stage(
-            "embed",
-            "RANKER",
-            self.settings.embed_ms,
-            budget,
-            answer,
-            lambda t: self.ranker.EmbedUser(rpb.EmbedUserRequest(user=user), timeout=t),
-        )
+        embedded = await self._embed(user, budget, answer)
         return await self._rank_and_merge(
             query, user, list(embedded.vector), candidates, budget, answer, seen
         )

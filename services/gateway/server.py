@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 
@@ -88,7 +87,6 @@ async def create_server(settings: GatewaySettings) -> Service:
         ],
         probes=probes,
     )
-    watcher: asyncio.Task[None] | None = None
 
     async def reload_popular() -> None:
         while settings.fallback_refresh_s:
@@ -98,19 +96,11 @@ async def create_server(settings: GatewaySettings) -> Service:
             except (OSError, ValueError, KeyError) as exc:
                 log.error("keeping the previous popular lists: %s", exc)
 
-    async def start_watcher() -> None:
-        nonlocal watcher
-        watcher = asyncio.create_task(reload_popular())
-
-    async def stop() -> None:
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+    async def close_channels() -> None:
         for channel in channels.values():
             await channel.close()
 
-    service.on_start.append(start_watcher)
-    service.cleanups.append(stop)
+    service.run_in_background(reload_popular)
+    service.cleanups.append(close_channels)
     service.domain = gateway
     return service

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from recserve.retriever.v1 import retriever_pb2_grpc
@@ -63,7 +62,6 @@ async def create_server(settings: RetrieverSettings) -> Service:
         ],
         probes=[DependencyProbe("collection", collection_loaded, interval_s=0.2)],
     )
-    watcher: asyncio.Task[None] | None = None
 
     async def watch_artifacts() -> None:
         # Picks up a newly published artifact (and bootstraps an empty store).
@@ -76,18 +74,10 @@ async def create_server(settings: RetrieverSettings) -> Service:
                 return
             await asyncio.sleep(settings.refresh_interval_s)
 
-    async def start_watcher() -> None:
-        nonlocal watcher
-        watcher = asyncio.create_task(watch_artifacts())
-
-    async def stop() -> None:
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+    async def close() -> None:
         retriever.close()
 
-    service.on_start.append(start_watcher)
-    service.cleanups.append(stop)
+    service.run_in_background(watch_artifacts)
+    service.cleanups.append(close)
     service.domain = retriever
     return service
