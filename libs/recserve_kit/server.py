@@ -13,7 +13,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,10 +62,10 @@ class Service:
     on_start: list[Cleanup] = field(default_factory=list)
     # The service's domain object, for in-process tests and wiring.
     domain: Any = None
-    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    def run_in_background(self, loop: Callable[[], Awaitable[None]]) -> None:
+    def run_in_background(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Runs ``loop`` from start until shutdown (watchers, reloaders)."""
         self.background.append(loop)
 
