@@ -108,11 +108,16 @@ async def closed_loop(
 
 
 async def batching_sweep(
-    url: str, spec: EncodingSpec, rows: int, seconds: float, levels: tuple[int, ...]
+    url: str,
+    spec: EncodingSpec,
+    rows: int,
+    seconds: float,
+    levels: tuple[int, ...],
+    models: list[str],
 ) -> dict[str, list[dict[str, float]]]:
     feed = ranker_feed(spec, 200, rows)
     out: dict[str, list[dict[str, float]]] = {}
-    for model in ("ranker_nobatch", "ranker"):
+    for model in models:
         await closed_loop(url, model, feed, 2, 1.0)  # warm-up
         out[model] = [await closed_loop(url, model, feed, c, seconds) for c in levels]
     return out

@@ -56,9 +56,10 @@ def exact_top(vectors: np.ndarray, query: np.ndarray, k: int, mask: np.ndarray |
 
 
 def queries(vectors: np.ndarray, n: int, seed: int = 3) -> np.ndarray:
+    """User-like queries: the mean of three random items (a short history)."""
     rng = np.random.default_rng(seed)
-    picked = vectors[rng.integers(0, len(vectors), n)]
-    return (picked + 0.5 * rng.standard_normal(picked.shape)).astype(np.float32)
+    picked = vectors[rng.integers(0, len(vectors), (n, 3))].mean(axis=1)
+    return (picked / np.linalg.norm(picked, axis=1, keepdims=True)).astype(np.float32)
 
 
 def measure(

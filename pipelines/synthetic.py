@@ -1,8 +1,12 @@
 """Synthetic data with the production schemas, for benchmarks at scale.
 
-N items with power-law (Zipf) popularity, 1-3 categories each, unit 64-d
-vectors clustered by category; M users with profiles. Written in chunks so
-5,000,000 x 64 (the 1.28 GB fp32 embedding-table case) fits comfortably.
+N items with power-law (Zipf) popularity, 1-3 categories each, and unit
+64-d vectors with the low-rank structure learned embeddings have: a
+16-d latent factor per item (shifted by its category), mapped to 64-d, plus
+a little noise. (Isotropic Gaussian noise in all 64 dimensions makes every
+item almost equidistant from every query, which no trained embedding does
+and which defeats any ANN index.) M users with profiles. Written in chunks
+so 5,000,000 x 64 (the 1.28 GB fp32 embedding-table case) fits.
 """
 
 from __future__ import annotations
@@ -18,13 +22,20 @@ from rich.progress import Progress
 
 CATEGORIES = [f"cat{i:02d}" for i in range(20)]
 CHUNK = 250_000
+LATENT = 16
 
 
 def item_chunk(
-    rng: np.random.Generator, start: int, count: int, dim: int, centers: np.ndarray
+    rng: np.random.Generator,
+    start: int,
+    count: int,
+    dim: int,
+    centers: np.ndarray,
+    basis: np.ndarray,
 ) -> pa.Table:
     primary = rng.integers(0, len(CATEGORIES), count)
-    vectors = centers[primary] + 0.6 * rng.standard_normal((count, dim)).astype(np.float32)
+    latent = centers[primary] + rng.standard_normal((count, LATENT)).astype(np.float32)
+    vectors = latent @ basis + 0.05 * rng.standard_normal((count, dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     extra = rng.integers(0, len(CATEGORIES), (count, 2))
     n_cats = rng.integers(1, 4, count)
@@ -53,12 +64,13 @@ def write_synthetic(
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    centers = rng.standard_normal((len(CATEGORIES), dim)).astype(np.float32)
+    centers = 1.5 * rng.standard_normal((len(CATEGORIES), LATENT)).astype(np.float32)
+    basis = rng.standard_normal((LATENT, dim)).astype(np.float32) / np.sqrt(LATENT)
     with Progress(console=console) as progress:
         task = progress.add_task(f"synthetic items ({items:,})", total=items)
         writer: pq.ParquetWriter | None = None
         for start in range(0, items, CHUNK):
-            table = item_chunk(rng, start, min(CHUNK, items - start), dim, centers)
+            table = item_chunk(rng, start, min(CHUNK, items - start), dim, centers, basis)
             writer = writer or pq.ParquetWriter(out / "item_vectors.parquet", table.schema)
             writer.write_table(table)
             progress.advance(task, table.num_rows)
