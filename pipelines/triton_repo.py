@@ -9,9 +9,10 @@ Both read the same version folder (model.py, model.onnx, model.onnx.data).
 Batching choices (see docs/benchmarks.md for the measurements):
   ranker: one batch row is one (user, candidate) pair, so requests with any
     number of candidates merge; max_batch_size 4096 holds about 20 requests
-    of 200 candidates. The queue delay is a few ms at most: the gateway's
-    whole budget is 100 ms and the rank stage gets about 20 ms of it.
-  user_tower: one row per user; small batches, same short window.
+    of 200 candidates. Queue delay 250 us, chosen by a sweep of 0.25/0.5/1/2
+    ms (`python -m bench ranker --parts batching`): every window reached the
+    same peak within p99 50 ms, and the short one costs least at low load.
+  user_tower: one row per user; small batches; 1 ms window (not swept yet).
 
 Triton versions are integers; ``versions.json`` in each model folder maps
 them to artifact versions. The newest two stay on disk and loaded
@@ -76,8 +77,10 @@ def model_specs(spec: EncodingSpec) -> list[ModelSpec]:
             cpu_queue_delay_us=1000,
             gpu_queue_delay_us=500,
         ),
-        ModelSpec("ranker", "ranker", *ranker_io, 4096, 2000, 1000),
-        ModelSpec("ranker_int8", "ranker_int8", *ranker_io, 4096, 2000, 1000),
+        # 250 us: measured (docs/benchmarks.md) to reach the same peak as 2 ms
+        # while costing ~1.7 ms less per request at low load.
+        ModelSpec("ranker", "ranker", *ranker_io, 4096, 250, 250),
+        ModelSpec("ranker_int8", "ranker_int8", *ranker_io, 4096, 250, 250),
     ]
 
 

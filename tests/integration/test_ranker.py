@@ -189,7 +189,13 @@ async def test_concurrent_requests_are_batched(ranker, catalog, triton):
                 for i in range(64)
             )
         )
-        after = counts(await client.get_inference_statistics("ranker", as_json=True))
+
+        async def settled():
+            # Triton updates its statistics just after sending the responses.
+            now = counts(await client.get_inference_statistics("ranker", as_json=True))
+            return now if now[0] - before[0] >= 64 else None
+
+        after = await apoll_until(settled, 10)
     assert all(len(r.scores) == 50 for r in replies)
     requests, executions = after[0] - before[0], after[1] - before[1]
     assert requests == 64

@@ -12,6 +12,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 
 from pipelines.triton_repo import model_specs
 from recserve_stack.triton_process import running_triton
+from tests.helpers import apoll_until
 
 MODELS = ["user_tower", "ranker", "ranker_int8"]
 
@@ -70,21 +71,27 @@ async def test_concurrent_single_requests_match_and_are_batched(built, triton):
         0
     ]
     async with triton_aio.InferenceServerClient(triton.grpc_url) as client:
-        before = await client.get_inference_statistics("ranker", as_json=True)
+
+        def counts(stats):
+            # One entry per loaded version (the newest two); sum them.
+            return (
+                sum(int(s.get("inference_count", 0)) for s in stats["model_stats"]),
+                sum(int(s.get("execution_count", 0)) for s in stats["model_stats"]),
+            )
+
+        before = counts(await client.get_inference_statistics("ranker", as_json=True))
         singles = [{k: v[i : i + 1] for k, v in feed.items()} for i in range(256)]
         results = await asyncio.gather(*(infer(client, "ranker", f, "score") for f in singles))
-        after = await client.get_inference_statistics("ranker", as_json=True)
+
+        async def settled():
+            # Triton updates its statistics just after sending the responses.
+            now = counts(await client.get_inference_statistics("ranker", as_json=True))
+            return now if now[0] - before[0] >= 256 else None
+
+        after = await apoll_until(settled, 10)
     np.testing.assert_allclose(np.concatenate(results), expected, rtol=1e-5, atol=1e-6)
-
-    def counts(stats):
-        # One entry per loaded version (the newest two); sum them.
-        return (
-            sum(int(s.get("inference_count", 0)) for s in stats["model_stats"]),
-            sum(int(s.get("execution_count", 0)) for s in stats["model_stats"]),
-        )
-
-    inferences = counts(after)[0] - counts(before)[0]
-    executions = counts(after)[1] - counts(before)[1]
+    inferences = after[0] - before[0]
+    executions = after[1] - before[1]
     assert inferences == 256
     assert executions < inferences, (inferences, executions)
 
