@@ -7,14 +7,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from hdrh.histogram import HdrHistogram
 
-from recserve_stack.probes import grpc_serving
+from recserve_stack.probes import grpc_serving, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,12 +37,14 @@ def service_process(name: str, env: dict[str, str], timeout_s: float = 180) -> I
         stderr=subprocess.DEVNULL,
     )
     address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout_s
+
+    def serving() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited during start")
+        return asyncio.run(grpc_serving(address))
+
     try:
-        while not asyncio.run(grpc_serving(address)):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not start")
-            time.sleep(0.2)
+        wait_until(serving, timeout_s, f"{name} SERVING")
         yield address
     finally:
         process.terminate()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -31,3 +33,14 @@ def _http_ok(url: str, timeout_s: float) -> bool:
 
 async def http_ok(url: str, timeout_s: float = 1.0) -> bool:
     return await asyncio.to_thread(_http_ok, url, timeout_s)
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2
+) -> None:
+    """Polls ``condition`` until it holds; TimeoutError naming ``what`` after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached after {timeout_s:.0f}s")
+        time.sleep(interval_s)

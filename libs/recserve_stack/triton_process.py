@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from recserve_stack import triton
-from recserve_stack.probes import http_ok
+from recserve_stack.probes import http_ok, wait_until
 from recserve_stack.settings import StackSettings
 
 
@@ -88,11 +87,10 @@ def start_triton(
 def running_triton(data_dir: Path, repository: Path, models: list[str]) -> Iterator[TritonProcess]:
     server = start_triton(data_dir, repository, models)
     try:
-        deadline = time.monotonic() + 180
-        while not server.ready():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Triton not ready:\n{server.log.read_text()[-3000:]}")
-            time.sleep(0.2)
+        try:
+            wait_until(server.ready, 180, "Triton ready")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}:\n{server.log.read_text()[-3000:]}") from None
         yield server
     finally:
         server.stop()
