@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
 DATA ?= data
 
-.PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server
+.PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server java
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -45,7 +45,11 @@ redis-server:  ## Debian's redis-server, for the Redis online-store tests
 	@command -v redis-server >/dev/null || { (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null 2>&1 \
 		|| echo "redis-server could not be installed; the Redis tests will be skipped"; }
 
-test: artifacts redis-server  ## set everything up and run every test
+java:  ## a Java runtime for Spark (the re-scoring job); these machines have Java 17
+	@command -v java >/dev/null || { (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null 2>&1 \
+		|| { echo "no Java runtime and none could be installed; Spark needs Java 17"; exit 1; }; }
+
+test: artifacts redis-server java  ## set everything up and run every test
 	$(PY) -m pytest -q tests
 
 test-fast: setup  ## unit tests only

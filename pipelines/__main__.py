@@ -11,8 +11,10 @@ from rich.table import Table
 
 from pipelines.build import build as run_build
 from pipelines.evaluate import CUTOFFS
+from pipelines.rescore.cli import app as rescore_app
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
+app.add_typer(rescore_app, name="rescore")
 console = Console(stderr=True)
 
 

@@ -103,6 +103,34 @@ def definitions(features_dir: Path) -> list[object]:
     ]
 
 
+RECOMMENDATION_SLOTS = ("a", "b")
+FEATURE_TABLE_VIEWS = ["user_profile", "user_activity", "item_profile", "item_stats"]
+
+
+def recommendation_view(slot: str, slots_dir: Path) -> FeatureView:
+    """Precomputed top-N lists from the nightly re-scoring, one view per slot.
+
+    Two slots so a publish writes the idle one in full and then flips a
+    pointer: readers see the old run or the new one, never a mix.
+    """
+    return FeatureView(
+        name=f"user_recommendations_{slot}",
+        entities=[user],
+        ttl=TTL,
+        online=True,
+        schema=[
+            Field(name="item_ids", dtype=Array(String)),
+            Field(name="scores", dtype=Array(Float32)),
+            Field(name="run_id", dtype=String),
+        ],
+        source=FileSource(
+            name=f"user_recommendations_{slot}_source",
+            path=str(slots_dir / f"{slot}.parquet"),
+            timestamp_field="event_timestamp",
+        ),
+    )
+
+
 def repo_config(feast_dir: Path, redis_url: str = "") -> RepoConfig:
     online: dict[str, object]
     if redis_url:
@@ -137,7 +165,11 @@ def apply_and_publish(
     feast_dir.mkdir(parents=True, exist_ok=True)
     store = FeatureStore(config=repo_config(feast_dir, redis_url))
     store.apply(definitions(artifact_dir.resolve() / "features"))
-    store.materialize(datetime(1990, 1, 1, tzinfo=UTC), datetime.now(UTC) + timedelta(days=1))
+    store.materialize(
+        datetime(1990, 1, 1, tzinfo=UTC),
+        datetime.now(UTC) + timedelta(days=1),
+        feature_views=FEATURE_TABLE_VIEWS,  # the re-scoring publish writes its own views
+    )
     marker = published_marker(feast_dir, redis_url)
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(json.dumps({"version": version, "at": datetime.now(UTC).isoformat()}))

@@ -1,7 +1,8 @@
 """Popular items per category: the answer when the full path cannot run.
 
-Loaded from the current artifact's ``popular.json`` and reloaded when the
-artifact changes (the pipeline refreshes it; hourly in production).
+Loaded from the live nightly re-scoring run's ``popular.json`` when one is
+published (``rescoring/PUBLISHED.json``), else from the current artifact's,
+and reloaded when either changes (hourly in production).
 """
 
 from __future__ import annotations
@@ -32,16 +33,28 @@ class PopularItems:
         self.all: list[PopularItem] = []
         self.by_category: dict[str, list[PopularItem]] = {}
 
-    def reload(self) -> bool:
-        """Reads the lists of the current artifact if they changed."""
+    def _source(self) -> tuple[str, Path] | None:
+        """(version, file) of the lists to serve: the live run's, else the artifact's."""
+        published = self.data_dir / "rescoring" / "PUBLISHED.json"
+        if published.exists():
+            run_id = str(json.loads(published.read_text())["run_id"])
+            run_dir = self.data_dir / "rescoring" / "runs" / run_id
+            return f"rescore:{run_id}", run_dir / "popular.json"
         pointer = artifacts.artifacts_root(self.data_dir) / "CURRENT"
         if not pointer.exists():
-            return False
+            return None
         version = pointer.read_text().strip()
-        if version == self.version:
+        return version, artifacts.artifacts_root(self.data_dir) / version / "popular.json"
+
+    def reload(self) -> bool:
+        """Reads the lists if their source changed."""
+        source = self._source()
+        if source is None or source[0] == self.version:
             return False
-        directory = artifacts.current(self.data_dir)
-        raw = json.loads((directory / "popular.json").read_text())
+        version, path = source
+        if not version.startswith("rescore:"):
+            artifacts.current(self.data_dir)  # verified before use
+        raw = json.loads(path.read_text())
 
         def parse(entries: Iterable[dict[str, object]]) -> list[PopularItem]:
             return [
@@ -57,7 +70,7 @@ class PopularItems:
         self.all = parse(raw["all"])
         self.by_category = {c: parse(v) for c, v in raw["by_category"].items()}
         self.version = version
-        log.info("loaded popular lists", extra={"fields": {"artifact": version}})
+        log.info("loaded popular lists", extra={"fields": {"source": version}})
         return True
 
     @property

@@ -1,0 +1,368 @@
+"""Nightly re-scoring on real Spark (local mode): batch scores equal the
+online ranker's (real Triton), the gates fail bad runs by name and pass good
+ones, publish is atomic, rollback restores the previous lists, and a killed
+job resumes without redoing finished buckets."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+from recserve_model import artifacts
+from recserve_model.encoding import EncodingSpec
+
+from pipelines import export
+from pipelines.models import Ranker
+from pipelines.rescore import layout, spark
+from pipelines.rescore.job import RunConfig, completed_buckets, run_job
+from pipelines.rescore.publish import (
+    PublishError,
+    feature_store,
+    live,
+    publish,
+    read_recommendations,
+    rollback,
+)
+from pipelines.rescore.synthetic import write_users
+from pipelines.rescore.validate import validate
+from services.gateway.fallback import PopularItems
+from tests.helpers import data_dir_with_artifacts, poll_until
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def session():
+    spark_session = spark.session("local[2]")
+    yield spark_session
+    spark_session.stop()
+
+
+@pytest.fixture(scope="module")
+def data_dir(built, tmp_path_factory):
+    root = data_dir_with_artifacts(tmp_path_factory.mktemp("rescore"), built.directory.parents[1])
+    (root / "raw").symlink_to(built.directory.parents[1] / "raw", target_is_directory=True)
+    return root
+
+
+def config_for(built, run_id, **overrides):
+    values = dict(
+        run_id=run_id,
+        artifact_dir=str(built.directory),
+        artifact_version=built.version,
+        features_dir=str(built.directory / "features"),
+        buckets=4,
+    )
+    values.update(overrides)
+    return RunConfig(**values)
+
+
+def top_n_lists(run_dir):
+    frame = pd.concat(pd.read_parquet(p) for p in sorted(run_dir.glob("top_n/bucket=*/*.parquet")))
+    return {u: list(items) for u, items in zip(frame["user_id"], frame["item_ids"], strict=True)}
+
+
+@pytest.fixture(scope="module")
+def inactive(built):
+    stats = pd.read_parquet(built.directory / "features" / "item_stats.parquet")
+    return sorted(stats.nlargest(5, "popularity")["item_id"])  # items everyone would get
+
+
+@pytest.fixture(scope="module")
+def good_run(built, session, data_dir, inactive):
+    """A run scored, validated and published: the baseline for the others."""
+    run_dir = layout.staging(data_dir, "good")
+    result = run_job(session, config_for(built, "good", inactive_items=inactive), run_dir)
+    report = validate(data_dir, run_dir)
+    assert report.passed, report.failed
+    lists = top_n_lists(run_dir)
+    publish(data_dir, "good")
+    return result, report, lists
+
+
+def test_every_user_gets_n_sorted_unseen_active_items(built, good_run, data_dir, inactive):
+    result, report, lists = good_run
+    users = pd.read_parquet(built.directory / "features" / "user_activity.parquet")
+    assert result.users == len(users) == len(lists)
+    assert result.pairs == result.users * 200
+    seen = dict(zip(users["user_id"], users["seen_item_ids"], strict=True))
+    run_dir = layout.published_run(data_dir, "good")
+    for path in run_dir.glob("top_n/bucket=*/*.parquet"):
+        for user, items, scores in pq.read_table(path).to_pandas().itertuples(index=False):
+            assert len(items) == 100 and len(set(items)) == 100
+            assert list(scores) == sorted(scores, reverse=True)
+            assert not set(items) & set(seen[user]) and not set(items) & set(inactive)
+    # Better than popularity on the holdout, as the offline evaluation found.
+    assert report.metrics["recall@100"] > report.metrics["popularity_recall@100"]
+    assert (run_dir / "scores.png").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def triton(built, tmp_path_factory):
+    from recserve_stack.triton_process import running_triton
+
+    repository = built.directory.parents[1] / "triton" / "repository"
+    with running_triton(
+        tmp_path_factory.mktemp("triton"), repository, ["user_tower", "ranker"]
+    ) as server:
+        yield server
+
+
+async def test_batch_scores_equal_the_online_rankers(built, good_run, data_dir, triton):
+    import grpc
+
+    from recserve.features.v1 import features_pb2 as fpb
+    from recserve.ranker.v1 import ranker_pb2 as pb
+    from recserve.ranker.v1 import ranker_pb2_grpc
+    from services.ranker.config import RankerSettings
+    from services.ranker.server import create_server
+    from tests.helpers import apoll_until
+
+    features = built.directory / "features"
+    users = pd.read_parquet(features / "user_profile.parquet").merge(
+        pd.read_parquet(features / "user_activity.parquet"), on="user_id"
+    )
+    items = (
+        pd.read_parquet(features / "item_profile.parquet")
+        .merge(pd.read_parquet(features / "item_stats.parquet"), on="item_id")
+        .set_index("item_id")
+    )
+    scored = pd.concat(
+        pd.read_parquet(p)
+        for p in layout.published_run(data_dir, "good").glob("scores/bucket=*/*.parquet")
+    ).set_index("user_id")
+    repository = built.directory.parents[1] / "triton" / "repository"
+    settings = RankerSettings(
+        port=0,
+        data_dir=built.directory.parents[1],
+        triton_url=triton.grpc_url,
+        triton_repository=repository,
+        shutdown_drain_s=0,
+    )
+    service = await create_server(settings)
+    await service.start()
+    await apoll_until(lambda: service.domain.models_ready(), 60)
+    async with grpc.aio.insecure_channel(service.address) as channel:
+        stub = ranker_pb2_grpc.RankerServiceStub(channel)
+        await stub.LoadModel(pb.LoadModelRequest(version=built.version))
+        for user in users.sample(5, random_state=1).itertuples():
+            row = scored.loc[user.user_id]
+            candidates = [
+                pb.Candidate(
+                    item_id=i,
+                    retrieval_score=float(s),
+                    features=fpb.ItemFeatures(
+                        item_id=i,
+                        found=True,
+                        year=int(items.at[i, "year"]),
+                        categories=list(items.at[i, "genres"]),
+                        popularity=int(items.at[i, "popularity"]),
+                        mean_rating=float(items.at[i, "mean_rating"]),
+                    ),
+                )
+                for i, s in zip(row["item_ids"], row["retrieval_scores"], strict=True)
+            ]
+            request = pb.ScoreRequest(
+                user=fpb.UserFeatures(
+                    user_id=user.user_id,
+                    found=True,
+                    age=int(user.age),
+                    gender=user.gender,
+                    occupation=user.occupation,
+                    rating_count=int(user.rating_count),
+                    mean_rating=float(user.mean_rating),
+                    recent_item_ids=list(user.recent_item_ids),
+                ),
+                candidates=candidates,  # no user_vector: Triton's user tower computes it
+            )
+            reply = await stub.Score(request)
+            assert reply.model_version == built.version
+            np.testing.assert_allclose(reply.scores, row["scores"], rtol=1e-4, atol=1e-4)
+    await service.stop(0)
+
+
+def staged_copy(data_dir, source_run, run_id, edit):
+    """A staged run whose outputs ``edit`` has changed: data that should fail a gate."""
+    target = layout.staging(data_dir, run_id)
+    shutil.copytree(layout.published_run(data_dir, source_run), target)
+    config = RunConfig.load(target / "run.json")
+    RunConfig(**{**config.__dict__, "run_id": run_id}).save(target / "run.json")
+    for dataset in ("scores", "top_n"):
+        for path in target.glob(f"{dataset}/bucket=*/*.parquet"):
+            frame = pd.read_parquet(path)
+            edit(dataset, frame)
+            frame.to_parquet(path, index=False)
+    return target
+
+
+def shift(dataset, frame):
+    frame["scores"] = [np.asarray(s) + 3.0 for s in frame["scores"]]
+
+
+def nans(dataset, frame):
+    if dataset == "scores":
+        frame.at[0, "scores"] = np.full(len(frame.at[0, "scores"]), np.nan, dtype=np.float32)
+
+
+def duplicate_and_seen(built):
+    activity = pd.read_parquet(built.directory / "features" / "user_activity.parquet")
+    seen = dict(zip(activity["user_id"], activity["seen_item_ids"], strict=True))
+
+    def edit(dataset, frame):
+        if dataset == "top_n":
+            items = list(frame.at[0, "item_ids"])
+            frame.at[0, "item_ids"] = [items[0], items[0], *items[2:]]
+            items = list(frame.at[1, "item_ids"])
+            frame.at[1, "item_ids"] = [seen[frame.at[1, "user_id"]][0], *items[1:]]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "run_id,edit,expected",
+    [
+        ("shifted", shift, {"mean_shift_sd", "ks_statistic"}),
+        ("nans", nans, {"nan_rate"}),
+        ("broken-lists", "duplicates", {"duplicates", "seen_items"}),
+    ],
+)
+def test_a_failed_gate_stops_the_publish_naming_it(
+    built, good_run, data_dir, run_id, edit, expected
+):
+    edit = duplicate_and_seen(built) if edit == "duplicates" else edit
+    staged_copy(data_dir, "good", run_id, edit)
+    before = layout.read_json(layout.pointer(data_dir))
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines",
+            "rescore",
+            "validate",
+            run_id,
+            "--data-dir",
+            str(data_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert cli.returncode == 1
+    failed = set(layout.read_json(layout.staging(data_dir, run_id) / "report.json")["failed"])
+    assert expected <= failed, failed
+    assert all(name in cli.stdout + cli.stderr for name in expected)
+    with pytest.raises(PublishError, match=sorted(expected)[0]):
+        publish(data_dir, run_id)
+    assert layout.read_json(layout.pointer(data_dir)) == before
+
+
+def worse_artifact(built, tmp_path):
+    """The same artifact with a ranker that orders candidates backwards."""
+    copy = tmp_path / (built.version + "-worse")
+    shutil.copytree(built.directory, copy)
+    spec = EncodingSpec.load(copy / "encoding.json")
+    ranker = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, spec.embedding_dim)
+    ranker.load_state_dict(torch.load(copy / "torch_state.pt")["ranker"])
+    with torch.no_grad():
+        ranker.retrieval_weight.neg_()
+    shutil.rmtree(copy / "ranker")
+    export.export_ranker(ranker, spec, copy / "ranker" / "model.onnx")
+    artifacts.write_manifest(copy, copy.name, {"metrics": {}})
+    return copy
+
+
+def test_a_worse_model_fails_the_quality_gate(built, good_run, session, data_dir, tmp_path):
+    worse = worse_artifact(built, tmp_path)
+    run_dir = layout.staging(data_dir, "worse")
+    config = config_for(built, "worse", artifact_dir=str(worse), artifact_version=worse.name)
+    run_job(session, config, run_dir)
+    report = validate(data_dir, run_dir)
+    assert "vs_published_recall@100" in report.failed and "vs_published_ndcg@10" in report.failed
+    with pytest.raises(PublishError, match="vs_published"):
+        publish(data_dir, "worse")
+
+
+def test_publish_is_atomic_and_rollback_restores_the_previous_lists(
+    built, good_run, session, data_dir
+):
+    _, _, good_lists = good_run
+    run_dir = layout.staging(data_dir, "next")
+    # Another night: a few more items were retired, so the lists differ.
+    stats = pd.read_parquet(built.directory / "features" / "item_stats.parquet")
+    retired = sorted(stats.nlargest(7, "popularity")["item_id"])
+    run_job(session, config_for(built, "next", inactive_items=retired), run_dir)
+    report = validate(data_dir, run_dir)
+    assert report.passed, report.failed
+    next_lists = top_n_lists(run_dir)
+    expected = {"good": good_lists, "next": next_lists}
+    users = sorted(good_lists)[:40]
+    assert any(good_lists[u] != next_lists[u] for u in users)
+    store = feature_store(data_dir)
+    seen_runs, mixed = set(), []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            run, lists = read_recommendations(data_dir, store, users)
+            seen_runs.add(run)
+            mixed.extend(u for u in users if lists[u][0] != expected[run][u])
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        publish(data_dir, "next")
+        poll_until(lambda: "next" in seen_runs, 30, what="readers to see the new run")
+    finally:
+        stop.set()
+        thread.join()
+    assert not mixed and seen_runs <= {"good", "next"}
+    assert live(data_dir)["run_id"] == "next"
+    popular = PopularItems(data_dir)
+    popular.reload()
+    assert popular.version == "rescore:next"
+
+    state = rollback(data_dir)
+    assert state["run_id"] == "good"
+    run, lists = read_recommendations(data_dir, feature_store(data_dir), users)
+    assert run == "good" and all(lists[u][0] == good_lists[u] for u in users)
+    assert popular.reload() and popular.version == "rescore:good"
+
+
+def test_a_killed_job_resumes_without_redoing_finished_buckets(built, data_dir, tmp_path):
+    users_dir = write_users(built.directory, tmp_path / "users", 12_000)
+    run_id = "killed"
+    command = [
+        sys.executable, "-m", "pipelines", "rescore", "run", "--data-dir", str(data_dir),
+        "--run-id", run_id, "--features-dir", str(users_dir), "--buckets", "24", "--no-publish",
+    ]  # fmt: skip
+    job = subprocess.Popen(
+        command,
+        start_new_session=True,  # its own group: the Spark JVM and workers die with it
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+    run_dir = layout.staging(data_dir, run_id)
+    try:
+        poll_until(lambda: len(completed_buckets(run_dir)) >= 3, 180, what="three buckets")
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    finished = completed_buckets(run_dir)
+    assert 0 < len(finished) < 24, "the job must be killed midway"
+    stamps = {b: layout.bucket_file(run_dir, "top_n", b).stat().st_mtime_ns for b in finished}
+    session = spark.session("local[2]")
+    result = run_job(session, RunConfig.load(run_dir / "run.json"), run_dir)
+    assert result.buckets_skipped == len(finished)
+    assert result.buckets_run == 24 - len(finished)
+    for bucket, stamp in stamps.items():  # finished buckets were not rewritten
+        assert layout.bucket_file(run_dir, "top_n", bucket).stat().st_mtime_ns == stamp
+    lists = top_n_lists(run_dir)
+    assert len(lists) == 12_000  # every user exactly once
