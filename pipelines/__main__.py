@@ -48,8 +48,12 @@ def build(
 def publish(
     data_dir: Annotated[Path, typer.Option(help="Where the artifacts live.")] = Path("data"),
     redis_url: Annotated[str, typer.Option(help="Redis online store; empty: SQLite.")] = "",
+    qdrant_url: Annotated[
+        str, typer.Option(help="Also load the items into this Qdrant server (a new generation).")
+    ] = "",
 ) -> None:
-    """Feast apply + materialization of the current artifact into the online store.
+    """Feast apply + materialization of the current artifact into the online store,
+    and with --qdrant-url the item collection (Compose's init step).
 
     The retriever and the features service also pick up a new CURRENT
     artifact by themselves within their refresh interval.
@@ -61,6 +65,20 @@ def publish(
     directory = artifacts.current(data_dir)
     apply_and_publish(data_dir / "feast", directory, directory.name, redis_url)
     console.print(f"published features of {directory.name}")
+    if qdrant_url:
+        import asyncio
+
+        from services.retriever.config import RetrieverSettings
+        from services.retriever.domain import Retriever
+        from services.retriever.server import generations_for
+
+        settings = RetrieverSettings(data_dir=data_dir, qdrant_url=qdrant_url)
+        retriever = Retriever(settings, generations_for(settings))
+        retriever.open_current()
+        loaded = asyncio.run(retriever.refresh_from_artifacts())
+        retriever.close()
+        state = "loaded" if loaded else "already current"
+        console.print(f"Qdrant collection {settings.collection}: {state} ({directory.name})")
 
 
 @app.command()

@@ -24,8 +24,9 @@ class ServiceSettings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address the gRPC server binds.")
     port: int = Field(50050, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
-    metrics_port: int = Field(
-        0, ge=0, le=65535, description="Prometheus /metrics port on 127.0.0.1; 0 disables it."
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus /metrics port; 0: off.")
+    metrics_host: str = Field(
+        "127.0.0.1", description="Address /metrics binds (0.0.0.0 in a container network)."
     )
     data_dir: Path = Field(
         DEFAULT_DATA_DIR, description="Where artifacts, stores and trace files live."

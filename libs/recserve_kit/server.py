@@ -182,7 +182,7 @@ def build_server(
 def init_process(name: str, settings: ServiceSettings) -> Telemetry:
     """Logging and telemetry for a service process; call before build_server."""
     setup_logging(name, settings.log_level)
-    return setup_telemetry(name, settings.data_dir, settings.metrics_port)
+    return setup_telemetry(name, settings.data_dir, settings.metrics_port, settings.metrics_host)
 
 
 async def serve(service: Service, telemetry: Telemetry | None = None) -> None:

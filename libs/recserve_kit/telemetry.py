@@ -59,7 +59,9 @@ class Telemetry:
 _instrumented = False
 
 
-def setup_telemetry(service: str, data_dir: Path, metrics_port: int = 0) -> Telemetry:
+def setup_telemetry(
+    service: str, data_dir: Path, metrics_port: int = 0, metrics_host: str = "127.0.0.1"
+) -> Telemetry:
     global _instrumented
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
@@ -79,5 +81,5 @@ def setup_telemetry(service: str, data_dir: Path, metrics_port: int = 0) -> Tele
         GrpcAioInstrumentorClient().instrument(tracer_provider=provider)
         _instrumented = True
     if metrics_port:
-        start_http_server(metrics_port, addr="127.0.0.1")
+        start_http_server(metrics_port, addr=metrics_host)
     return Telemetry(provider)

@@ -6,13 +6,15 @@ import asyncio
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from recserve_kit.config import load_settings
-from recserve_stack import envoy
+from recserve_stack import auth, envoy
 from recserve_stack.components import stack_components
 from recserve_stack.runner import Component, ComponentFailed, Runner
 from recserve_stack.settings import StackSettings
@@ -101,6 +103,28 @@ def check_envoy() -> None:
     result = envoy.validate(path)
     console.print(result.stdout.strip() or result.stderr.strip())
     sys.exit(result.returncode)
+
+
+@app.command("render-envoy")
+def render_envoy(
+    check: bool = typer.Option(False, help="Exit 1 if the committed file is stale."),
+) -> None:
+    """Write infra/compose/envoy.yaml, the Envoy config of the Compose stack."""
+    text = envoy.render_compose()
+    if check:
+        current = envoy.COMPOSE_CONFIG.read_text() if envoy.COMPOSE_CONFIG.exists() else ""
+        sys.exit(0 if current == text else 1)
+    envoy.COMPOSE_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    envoy.COMPOSE_CONFIG.write_text(text)
+    console.print(f"wrote {envoy.COMPOSE_CONFIG}")
+
+
+@app.command()
+def keys(
+    auth_dir: Annotated[Path, typer.Argument(help="Where the key pair, JWKS and token go.")],
+) -> None:
+    """Create the admin key pair, JWKS and token once (the Compose init step)."""
+    console.print(f"JWKS: {auth.ensure_keys(auth_dir)}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from recserve_model import published
+
 
 def root(data_dir: Path) -> Path:
     return data_dir / "rescoring"
@@ -24,11 +26,11 @@ def staging(data_dir: Path, run_id: str) -> Path:
 
 
 def published_run(data_dir: Path, run_id: str) -> Path:
-    return root(data_dir) / "runs" / run_id
+    return published.run_dir(data_dir, run_id)
 
 
 def pointer(data_dir: Path) -> Path:
-    return root(data_dir) / "PUBLISHED.json"
+    return published.pointer_path(data_dir)
 
 
 def bucket_file(

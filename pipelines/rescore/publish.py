@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 from feast import FeatureStore
+from recserve_model import published
 
 from pipelines.rescore import layout
 from services.features.feature_repo import (
@@ -41,8 +42,7 @@ def feature_store(data_dir: Path, redis_url: str = "") -> FeatureStore:
 
 
 def live(data_dir: Path) -> dict[str, Any] | None:
-    path = layout.pointer(data_dir)
-    return layout.read_json(path) if path.exists() else None
+    return published.live_run(data_dir)
 
 
 def _top_n(run_dir: Path, run_id: str) -> pd.DataFrame:
@@ -63,7 +63,7 @@ def _write_slot(data_dir: Path, store: FeatureStore, slot: str, run_id: str) -> 
     tmp = slots_dir / f".{slot}.parquet.tmp"
     frame.to_parquet(tmp, index=False)
     os.replace(tmp, slots_dir / f"{slot}.parquet")  # the slot's offline copy
-    store.write_to_online_store(f"user_recommendations_{slot}", frame)
+    store.write_to_online_store(published.slot_view(slot), frame)
 
 
 def _flip(
@@ -131,7 +131,7 @@ def read_recommendations(
         state = live(data_dir)
         if state is None:
             return None, {}
-        view = f"user_recommendations_{state['slot']}"
+        view = published.slot_view(state["slot"])
         rows = store.get_online_features(
             features=[f"{view}:item_ids", f"{view}:scores", f"{view}:run_id"],
             entity_rows=[{"user_id": u} for u in user_ids],

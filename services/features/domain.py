@@ -21,6 +21,7 @@ from cachetools import TTLCache
 from feast import FeatureStore
 from feast.data_source import PushMode
 from prometheus_client import Counter
+from recserve_model import published
 
 from recserve_kit.errors import InvalidArgument
 from services.features.config import FeaturesSettings
@@ -43,6 +44,8 @@ class UserRecord:
     mean_rating: float = 0.0
     recent_item_ids: tuple[str, ...] = ()
     seen_item_ids: tuple[str, ...] = ()
+    precomputed_item_ids: tuple[str, ...] = ()
+    precomputed_run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,39 @@ class Features:
         )
         self._cache_lock = threading.Lock()
         self._push_lock = asyncio.Lock()
+        self._user_refs = [
+            f"{projection.name_to_use()}:{feature.name}"
+            for projection in self.user_service.feature_view_projections
+            for feature in projection.features
+        ]
+        self._live: tuple[int, dict[str, object] | None] = (0, None)
 
     # -- reads -------------------------------------------------------------
 
+    def _live_run(self) -> dict[str, object] | None:
+        """The published re-scoring run; re-read (and the registry refreshed,
+        for its slot views) only when the pointer file changes."""
+        pointer = published.pointer_path(self.settings.data_dir)
+        stamp = pointer.stat().st_mtime_ns if pointer.exists() else 0
+        if stamp != self._live[0]:
+            live = published.live_run(self.settings.data_dir)
+            self.store.refresh_registry()
+            self._live = (stamp, live)
+        return self._live[1]
+
     def _read_users(self, user_ids: Sequence[str]) -> list[UserRecord]:
+        live = self._live_run()
+        refs = list(self._user_refs)
+        if live is not None:
+            view = published.slot_view(str(live["slot"]))
+            refs += [f"{view}:item_ids", f"{view}:run_id"]
         rows = self.store.get_online_features(
-            features=self.user_service, entity_rows=[{"user_id": u} for u in user_ids]
+            features=refs, entity_rows=[{"user_id": u} for u in user_ids]
         ).to_dict()
         out = []
         for i, user_id in enumerate(user_ids):
+            # Only rows of the live run: a slot being rewritten may hold another.
+            own = live is not None and rows["run_id"][i] == live["run_id"]
             age = rows["age"][i]
             activity = rows["rating_count"][i]
             out.append(
@@ -118,6 +145,8 @@ class Features:
                     mean_rating=float(_value(rows["mean_rating"], i, 0.0)),  # type: ignore[arg-type]
                     recent_item_ids=tuple(_value(rows["recent_item_ids"], i, ())),  # type: ignore[arg-type]
                     seen_item_ids=tuple(_value(rows["seen_item_ids"], i, ())),  # type: ignore[arg-type]
+                    precomputed_item_ids=tuple(rows["item_ids"][i] or ()) if own else (),
+                    precomputed_run_id=str(live["run_id"]) if own and live else "",
                 )
             )
         return out

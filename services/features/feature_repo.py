@@ -20,6 +20,7 @@ from feast import Entity, FeatureService, FeatureStore, FeatureView, Field, File
 from feast.repo_config import RepoConfig
 from feast.types import Array, Float32, Int64, String
 from feast.value_type import ValueType
+from recserve_model import published
 
 PROJECT = "recserve"
 USER_PUSH_SOURCE = "user_activity_push"
@@ -114,7 +115,7 @@ def recommendation_view(slot: str, slots_dir: Path) -> FeatureView:
     pointer: readers see the old run or the new one, never a mix.
     """
     return FeatureView(
-        name=f"user_recommendations_{slot}",
+        name=published.slot_view(slot),
         entities=[user],
         ttl=TTL,
         online=True,

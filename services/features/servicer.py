@@ -22,6 +22,8 @@ def user_message(record: UserRecord) -> pb.UserFeatures:
         mean_rating=record.mean_rating,
         recent_item_ids=list(record.recent_item_ids),
         seen_item_ids=list(record.seen_item_ids),
+        precomputed_item_ids=list(record.precomputed_item_ids),
+        precomputed_run_id=record.precomputed_run_id,
     )
 
 

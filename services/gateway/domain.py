@@ -77,6 +77,7 @@ class Answer:
     reason: str = ""  # a DegradedReason name without the prefix, e.g. "RANKER_TIMEOUT"
     model_version: str = ""
     timings: list[tuple[str, float]] = field(default_factory=list)
+    source: str = ""  # a FallbackSource name without the prefix, e.g. "PRECOMPUTED"
 
 
 class StageFailed(Exception):
@@ -165,14 +166,32 @@ class Gateway:
                 answer.timings.append((name, elapsed * 1000))
 
     def fallback(
-        self, answer: Answer, reason: str, query: Query, seen: Sequence[str] = ()
+        self,
+        answer: Answer,
+        reason: str,
+        query: Query,
+        seen: Sequence[str] = (),
+        user: fpb.UserFeatures | None = None,
     ) -> Answer:
+        """The user's precomputed list when there is one and no category
+        filter asks for more than it knows; popular items otherwise."""
         started = time.perf_counter()
         exclude = {*query.exclude_item_ids, *seen, query.item_id}
-        answer.items = [
-            Item(p.item_id, float(p.popularity), p.title, p.categories)
-            for p in self.popular.top(query.k, query.categories, exclude)
-        ]
+        personal = list(user.precomputed_item_ids) if user is not None else []
+        if personal and not query.categories and not query.item_id:
+            ids = [i for i in personal if i not in exclude][: query.k]
+            known = (self.popular.describe(i) for i in ids)
+            answer.items = [
+                Item(i, 0.0, p.title if p else "", p.categories if p else ())
+                for i, p in zip(ids, known, strict=True)
+            ]
+            answer.source = "PRECOMPUTED"
+        else:
+            answer.items = [
+                Item(p.item_id, float(p.popularity), p.title, p.categories)
+                for p in self.popular.top(query.k, query.categories, exclude)
+            ]
+            answer.source = "POPULAR"
         answer.degraded = True
         answer.reason = reason
         answer.model_version = ""
@@ -269,7 +288,7 @@ class Gateway:
                 ),
             )
         except StageFailed as failure:
-            return self.fallback(answer, failure.reason, query, seen)
+            return self.fallback(answer, failure.reason, query, seen, user)
         blocked = {*query.exclude_item_ids, *seen}
         candidates = [c for c in retrieved.items if c.item_id not in blocked]
         return await self._rank_and_merge(
@@ -321,7 +340,7 @@ class Gateway:
     ) -> Answer:
         trace.get_current_span().set_attribute(attr.CANDIDATES, len(candidates))
         if not candidates:
-            return self.fallback(answer, "RETRIEVER_UNAVAILABLE", query, seen)
+            return self.fallback(answer, "RETRIEVER_UNAVAILABLE", query, seen, user)
         try:
             details = await self._stage(
                 "item_features",
@@ -335,7 +354,7 @@ class Gateway:
                 ),
             )
         except StageFailed as failure:
-            return self.fallback(answer, failure.reason, query, seen)
+            return self.fallback(answer, failure.reason, query, seen, user)
         trace.get_current_span().set_attribute(attr.CACHE_HITS, details.cache_hits)
         scores = [c.score for c in candidates]
         if user is not None:
@@ -368,6 +387,7 @@ class Gateway:
                 # Retrieval order is still personal: better than popularity.
                 answer.degraded = True
                 answer.reason = failure.reason
+                answer.source = "RETRIEVAL_ORDER"
                 FALLBACKS.labels(failure.reason.lower()).inc()
         started = time.perf_counter()
         order = sorted(range(len(candidates)), key=lambda i: -scores[i])

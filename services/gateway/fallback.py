@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from recserve_model import artifacts
+from recserve_model import artifacts, published
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +32,14 @@ class PopularItems:
         self.version = ""
         self.all: list[PopularItem] = []
         self.by_category: dict[str, list[PopularItem]] = {}
+        self.by_id: dict[str, PopularItem] = {}
 
     def _source(self) -> tuple[str, Path] | None:
         """(version, file) of the lists to serve: the live run's, else the artifact's."""
-        published = self.data_dir / "rescoring" / "PUBLISHED.json"
-        if published.exists():
-            run_id = str(json.loads(published.read_text())["run_id"])
-            run_dir = self.data_dir / "rescoring" / "runs" / run_id
-            return f"rescore:{run_id}", run_dir / "popular.json"
+        live = published.live_run(self.data_dir)
+        if live is not None:
+            run_id = str(live["run_id"])
+            return f"rescore:{run_id}", published.run_dir(self.data_dir, run_id) / "popular.json"
         pointer = artifacts.artifacts_root(self.data_dir) / "CURRENT"
         if not pointer.exists():
             return None
@@ -69,9 +69,15 @@ class PopularItems:
 
         self.all = parse(raw["all"])
         self.by_category = {c: parse(v) for c, v in raw["by_category"].items()}
+        lists = [self.all, *self.by_category.values()]
+        self.by_id = {item.item_id: item for items in lists for item in items}
         self.version = version
         log.info("loaded popular lists", extra={"fields": {"source": version}})
         return True
+
+    def describe(self, item_id: str) -> PopularItem | None:
+        """Title and categories, for the items these lists know."""
+        return self.by_id.get(item_id)
 
     @property
     def loaded(self) -> bool:

@@ -30,6 +30,8 @@ def fill(
     reply.degraded = answer.degraded
     reply.degraded_reason = reason_value(answer.reason)  # type: ignore[assignment]
     reply.model_version = answer.model_version
+    if answer.source and isinstance(reply, pb.RecommendResponse):
+        reply.fallback_source = pb.FallbackSource.Value(f"FALLBACK_SOURCE_{answer.source}")  # type: ignore[assignment]
     if debug:
         reply.stage_timings.extend(
             pb.StageTiming(stage=stage, duration_ms=ms) for stage, ms in answer.timings

@@ -137,16 +137,29 @@ def frozen(stack, marker):
         os.kill(pid, signal.SIGCONT)
 
 
+@pytest.fixture(scope="module")
+def precomputed(stack):
+    """Each user's list in the published re-scoring run."""
+    run = json.loads((stack.data_dir / "rescoring" / "PUBLISHED.json").read_text())["run_id"]
+    folder = stack.data_dir / "rescoring" / "runs" / run / "top_n"
+    frame = pd.concat(pd.read_parquet(p) for p in folder.glob("bucket=*/*.parquet"))
+    return {u: list(items) for u, items in zip(frame["user_id"], frame["item_ids"], strict=True)}
+
+
 @pytest.mark.parametrize(
-    "marker, reasons",
+    "marker, reasons, source",
     [
-        ("services.features", {"FEATURES_TIMEOUT", "FEATURES_UNAVAILABLE"}),
-        ("services.retriever", {"RETRIEVER_TIMEOUT", "RETRIEVER_UNAVAILABLE"}),
-        ("services.ranker", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}),
-        ("tritonserver", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}),
+        # Without features the user is unknown: popular items.
+        ("services.features", {"FEATURES_TIMEOUT", "FEATURES_UNAVAILABLE"}, "POPULAR"),
+        # With them, the user's own list from the nightly run.
+        ("services.retriever", {"RETRIEVER_TIMEOUT", "RETRIEVER_UNAVAILABLE"}, "PRECOMPUTED"),
+        ("services.ranker", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}, "PRECOMPUTED"),
+        ("tritonserver", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}, "PRECOMPUTED"),
     ],
 )
-def test_each_dependency_down_degrades_then_recovers(stack, stub, marker, reasons):
+def test_each_dependency_down_degrades_then_recovers(
+    stack, stub, precomputed, marker, reasons, source
+):
     full_answer(stub)
     with frozen(stack, marker):
         for user_id in ("1", "2", "3"):
@@ -155,7 +168,10 @@ def test_each_dependency_down_degrades_then_recovers(stack, stub, marker, reason
             )
             assert reply.degraded, marker
             assert REASON(reply.degraded_reason).removeprefix("DEGRADED_REASON_") in reasons
+            assert pb.FallbackSource.Name(reply.fallback_source) == f"FALLBACK_SOURCE_{source}"
             assert len(reply.items) == 10
+            if source == "PRECOMPUTED":
+                assert [i.item_id for i in reply.items] == precomputed[user_id][:10]
             # The budget held: no stage ran past the whole request's budget.
             assert sum(t.duration_ms for t in reply.stage_timings) < 100 + 25
     reply = full_answer(stub, "1")

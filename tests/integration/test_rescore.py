@@ -335,6 +335,33 @@ def test_publish_is_atomic_and_rollback_restores_the_previous_lists(
     assert popular.reload() and popular.version == "rescore:good"
 
 
+async def test_the_features_service_serves_the_live_runs_lists(built, good_run, data_dir):
+    """What the gateway reads as a user's precomputed list and own fallback."""
+    import grpc
+
+    from recserve.features.v1 import features_pb2 as fpb
+    from recserve.features.v1 import features_pb2_grpc
+    from services.features.config import FeaturesSettings
+    from services.features.server import create_server
+
+    state = live(data_dir)
+    lists = top_n_lists(layout.published_run(data_dir, state["run_id"]))
+    settings = FeaturesSettings(port=0, data_dir=data_dir, shutdown_drain_s=0, refresh_interval_s=0)
+    service = await create_server(settings)
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            stub = features_pb2_grpc.FeatureServiceStub(channel)
+            for user_id in ("1", "42", "943"):
+                reply = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id=user_id))
+                assert reply.user.precomputed_run_id == state["run_id"]
+                assert list(reply.user.precomputed_item_ids) == lists[user_id]
+            unknown = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id="nobody"))
+            assert not unknown.user.precomputed_item_ids and not unknown.user.precomputed_run_id
+    finally:
+        await service.stop(0)
+
+
 def test_a_killed_job_resumes_without_redoing_finished_buckets(built, data_dir, tmp_path):
     users_dir = write_users(built.directory, tmp_path / "users", 12_000)
     run_id = "killed"

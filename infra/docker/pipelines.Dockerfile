@@ -1,0 +1,43 @@
+# syntax=docker/dockerfile:1.7
+# The init and batch image: builds the artifacts, publishes them (Feast +
+# Redis, the Qdrant collection, the Triton repository, fallback lists, admin
+# keys) into the shared volume, and runs the nightly Spark re-scoring.
+#   docker build -f infra/docker/pipelines.Dockerfile -t recserve/pipelines .
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+COPY requirements/services/pipelines.txt /tmp/requirements.txt
+# torch's CPU build (the pin says +cpu) lives on PyTorch's own index.
+RUN /opt/venv/bin/pip install --extra-index-url https://download.pytorch.org/whl/cpu \
+    -r /tmp/requirements.txt
+WORKDIR /src
+COPY requirements/main.txt requirements/main.txt
+COPY protos protos
+COPY third_party third_party
+COPY scripts/gen_protos.py scripts/gen_protos.py
+RUN /opt/venv/bin/pip install "$(grep -i '^grpcio-tools==' requirements/main.txt)" \
+    && /opt/venv/bin/python scripts/gen_protos.py
+
+FROM ${PYTHON_IMAGE}
+# Spark needs a Java runtime.
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin recserve \
+    && mkdir -p /data && chown 10001:10001 /data  # a new named volume takes this owner
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /src/gen/python /app/gen/python
+COPY libs /app/libs
+COPY pipelines /app/pipelines
+COPY services /app/services
+COPY infra/triton /app/infra/triton
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/app:/app/libs:/app/gen/python \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
+WORKDIR /app
+USER 10001:10001
+ENTRYPOINT ["python", "-m", "pipelines"]
+CMD ["--help"]

@@ -1,0 +1,320 @@
+"""The Compose stack, checked without a Docker engine: every file validates
+against the Compose specification (the compose_spec parser), the services'
+variables and ports agree with the settings the code reads and with each
+other, the Envoy config Compose runs passes `envoy --mode validate`, the
+Collector config names only components that exist, and Grafana's
+provisioning points at datasources Compose defines."""
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from compose_spec import PyCompose
+
+from recserve_kit import attributes
+from recserve_kit.config import env_name
+from recserve_stack import auth, envoy
+from recserve_stack.components import service_environment
+from recserve_stack.settings import StackSettings
+from services.features.config import FeaturesSettings
+from services.gateway.config import GatewaySettings
+from services.ranker.config import RankerSettings
+from services.retriever.config import RetrieverSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = ["compose.yaml", "compose.observability.yaml", "compose.gpu.yaml"]
+SETTINGS = {
+    "gateway": GatewaySettings,
+    "features": FeaturesSettings,
+    "retriever": RetrieverSettings,
+    "ranker": RankerSettings,
+}
+TRITON_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}  # tritonserver's defaults
+
+
+def load(name):
+    return yaml.safe_load((ROOT / name).read_text())  # resolves the YAML merge keys
+
+
+def merge(base, overlay):
+    """Compose's merge of a later file: mappings key by key, the rest replaced."""
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        out = dict(base)
+        for key, value in overlay.items():
+            out[key] = merge(base[key], value) if key in base else value
+        return out
+    return overlay
+
+
+def stack(*names):
+    merged = {}
+    for name in names:
+        merged = merge(merged, load(name))
+    return merged
+
+
+def validate(spec):
+    return PyCompose.from_json(json.dumps(spec))
+
+
+@pytest.mark.parametrize(
+    "files",
+    [[f] for f in FILES] + [FILES[:2], [FILES[0], FILES[2]], FILES],
+    ids=lambda files: "+".join(files),
+)
+def test_compose_files_validate_against_the_spec(files):
+    parsed = validate(stack(*files))
+    assert set(load(files[-1])["services"]) <= set(parsed.service_names())
+
+
+def test_the_validator_rejects_what_compose_rejects():
+    spec = load("compose.yaml")
+    spec["services"]["gateway"]["depends_on"]["ranker"]["condition"] = "service_ready"
+    with pytest.raises(ValueError, match="service_ready"):
+        validate(spec)
+
+
+def app_services():
+    return stack("compose.yaml")["services"]
+
+
+@pytest.mark.parametrize("service", sorted(SETTINGS))
+def test_service_variables_are_settings_the_code_reads(service, monkeypatch):
+    settings_cls = SETTINGS[service]
+    environment = app_services()[service]["environment"]
+    known = {env_name(settings_cls, f) for f in settings_cls.model_fields}
+    ours = {k for k in environment if k.startswith("RECSERVE_")}
+    assert ours <= known, ours - known
+    # The local runner sets the same variables (only the values differ).
+    local = {
+        k
+        for k in service_environment(StackSettings())
+        if k.startswith(f"RECSERVE_{service.upper()}_")
+    }
+    assert local <= ours, local - ours
+    for key, value in environment.items():
+        monkeypatch.setenv(key, str(value))
+    settings = settings_cls()  # every value validates
+    assert settings.host == "0.0.0.0" and str(settings.data_dir) == "/data"
+
+
+def port_of(service):
+    return int(app_services()[service]["environment"][f"RECSERVE_{service.upper()}_PORT"])
+
+
+def test_addresses_healthchecks_and_ports_agree():
+    services = app_services()
+    for service in SETTINGS:
+        test = services[service]["healthcheck"]["test"]
+        assert test[:4] == ["CMD", "python", "-m", "recserve_kit.healthcheck"]  # gRPC health
+        assert test[4] == f"127.0.0.1:{port_of(service)}"
+    gateway = services["gateway"]["environment"]
+    for backend in ("features", "retriever", "ranker"):
+        host, port = gateway[f"RECSERVE_GATEWAY_{backend.upper()}_ADDR"].split(":")
+        assert host == backend and int(port) == port_of(backend)
+    host, port = services["ranker"]["environment"]["RECSERVE_RANKER_TRITON_URL"].split(":")
+    assert host == "triton" and int(port) == TRITON_PORTS["grpc"]
+    assert "8000/v2/health/ready" in " ".join(services["triton"]["healthcheck"]["test"])
+    qdrant = urlsplit(services["retriever"]["environment"]["RECSERVE_RETRIEVER_QDRANT_URL"])
+    assert qdrant.hostname == "qdrant"
+    redis = urlsplit(services["features"]["environment"]["RECSERVE_FEATURES_REDIS_URL"])
+    assert redis.hostname == "redis"
+    init = " ".join(services["init"]["command"])
+    assert redis.geturl() in init and qdrant.geturl() in init
+
+
+def test_dependencies_wait_for_health_and_only_the_edge_is_published():
+    services = stack("compose.yaml", "compose.observability.yaml")["services"]
+    published = {name for name, s in services.items() if s.get("ports")}
+    assert published == {"envoy", "grafana"}
+    for name, service in services.items():
+        assert service["networks"] == ["recserve"], name
+        assert service["logging"]["driver"] == "json-file", name
+        assert service["deploy"]["resources"]["limits"]["memory"], name
+    assert stack("compose.yaml")["networks"]["recserve"]["name"] == "recserve"
+    conditions = {
+        (name, dependency): spec["condition"]
+        for name, service in services.items()
+        for dependency, spec in service.get("depends_on", {}).items()
+    }
+    assert conditions[("gateway", "ranker")] == "service_healthy"
+    assert conditions[("ranker", "triton")] == "service_healthy"
+    assert conditions[("envoy", "gateway")] == "service_healthy"
+    for name in ("features", "retriever", "triton"):
+        assert conditions[(name, "init")] == "service_completed_successfully"
+    for name in SETTINGS:
+        assert services[name]["read_only"] is True
+        assert services[name]["healthcheck"]["start_period"]
+
+
+def test_the_gpu_overlay_reserves_a_gpu_for_triton():
+    triton = stack("compose.yaml", "compose.gpu.yaml")["services"]["triton"]
+    devices = triton["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+    dockerfile = (ROOT / triton["build"]["dockerfile"]).read_text()
+    assert "--model-config-name=gpu" in dockerfile
+    assert "backends/onnxruntime" in dockerfile and "backends/python" not in dockerfile
+
+
+def clusters(config):
+    out = {}
+    for cluster in config["static_resources"]["clusters"]:
+        endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+        address = endpoint["endpoint"]["address"]["socket_address"]
+        out[cluster["name"]] = (cluster["type"], address["address"], address["port_value"])
+    return out
+
+
+def test_the_compose_envoy_config_is_current_and_valid(tmp_path):
+    text = envoy.COMPOSE_CONFIG.read_text()
+    assert text == envoy.render_compose(), "run: python -m recserve_stack render-envoy"
+    config = yaml.safe_load(text)
+    found = clusters(config)
+    for service in SETTINGS:
+        assert (found[service][1], found[service][2]) == (service, port_of(service))
+        assert found[service][0] == "STRICT_DNS"
+    assert found["otel_collector"][1:] == ("otel-collector", collector_port("grpc"))
+    listener = config["static_resources"]["listeners"][0]["address"]["socket_address"]
+    assert app_services()["envoy"]["ports"] == [f"{listener['port_value']}:8080"]
+    # Validate with the files Compose mounts at those paths made here.
+    jwks = auth.ensure_keys(tmp_path / "auth")
+    local = text.replace("/etc/envoy/recserve.pb", str(ROOT / "build" / "recserve.pb"))
+    local = local.replace("/data/auth/jwks.json", str(jwks))
+    (tmp_path / "envoy.yaml").write_text(local)
+    result = envoy.validate(tmp_path / "envoy.yaml")
+    assert result.returncode == 0, result.stderr or result.stdout
+
+
+# Components of otelcol-contrib 0.116 that a config here may name (from the
+# contrib distribution's manifest); a typo or a core-only build fails here.
+CONTRIB = {
+    "receivers": {"otlp", "prometheus", "hostmetrics", "jaeger", "zipkin", "filelog"},
+    "processors": {
+        "batch", "memory_limiter", "tail_sampling", "probabilistic_sampler",
+        "attributes", "resource", "filter", "transform", "k8sattributes",
+    },
+    "exporters": {"otlp", "otlphttp", "prometheus", "prometheusremotewrite", "debug", "file"},
+    "connectors": {"spanmetrics", "servicegraph", "forward", "count"},
+    "extensions": {"health_check", "pprof", "zpages"},
+}  # fmt: skip
+TAIL_POLICIES = {
+    "always_sample", "latency", "numeric_attribute", "probabilistic", "status_code",
+    "string_attribute", "rate_limiting", "span_count", "boolean_attribute", "ottl_condition",
+    "trace_state", "and", "composite",
+}  # fmt: skip
+
+
+def collector():
+    return yaml.safe_load((ROOT / "infra" / "otel" / "collector.yaml").read_text())
+
+
+def collector_port(protocol):
+    endpoint = collector()["receivers"]["otlp"]["protocols"][protocol]["endpoint"]
+    return int(endpoint.rsplit(":", 1)[1])
+
+
+def test_the_collector_names_only_components_that_exist():
+    config = collector()
+    for kind, known in CONTRIB.items():
+        for name in config.get(kind, {}):
+            assert name.split("/")[0] in known, f"{kind}: {name}"
+    defined = {kind: set(config.get(kind, {})) for kind in CONTRIB}
+    used: dict[str, set[str]] = {kind: set() for kind in CONTRIB}
+    used["extensions"] = set(config["service"]["extensions"])
+    for name, pipeline in config["service"]["pipelines"].items():
+        for role in ("receivers", "processors", "exporters"):
+            for component in pipeline.get(role, []):
+                kinds = [role, "connectors"] if role != "processors" else [role]
+                assert any(component in defined[k] for k in kinds), f"{name}: {component}"
+                for k in kinds:
+                    if component in defined[k]:
+                        used[k].add(component)
+    assert used == defined, "a component is defined but never used"
+    for policy in config["processors"]["tail_sampling"]["policies"]:
+        assert policy["type"] in TAIL_POLICIES
+    registry = {v for k, v in vars(attributes).items() if k.isupper() and isinstance(v, str)}
+    keys = [
+        p["boolean_attribute"]["key"]
+        for p in config["processors"]["tail_sampling"]["policies"]
+        if p["type"] == "boolean_attribute"
+    ]
+    keys += [d["name"] for d in config["connectors"]["spanmetrics"]["dimensions"]]
+    assert keys and set(keys) <= registry, set(keys) - registry
+
+
+def test_telemetry_endpoints_agree_across_the_stack():
+    services = stack("compose.yaml", "compose.observability.yaml")["services"]
+    for name in SETTINGS:
+        endpoint = urlsplit(services[name]["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"])
+        assert (endpoint.hostname, endpoint.port) == ("otel-collector", collector_port("grpc"))
+    triton_args = services["triton"]["environment"]["TRITON_EXTRA_ARGS"]
+    assert f"http://otel-collector:{collector_port('http')}/v1/traces" in triton_args
+    tempo = yaml.safe_load((ROOT / "infra" / "tempo" / "tempo.yaml").read_text())
+    tempo_grpc = tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    exporter = collector()["exporters"]["otlp/tempo"]["endpoint"]
+    assert exporter == f"tempo:{tempo_grpc.rsplit(':', 1)[1]}"
+    prometheus = yaml.safe_load((ROOT / "infra" / "prometheus" / "prometheus.yaml").read_text())
+    jobs = prometheus["scrape_configs"]
+    targets = {t for job in jobs for config in job["static_configs"] for t in config["targets"]}
+    expected = {f"triton:{TRITON_PORTS['metrics']}"}
+    expected |= {
+        f"{name}:{services[name]['environment'][f'RECSERVE_{name.upper()}_METRICS_PORT']}"
+        for name in SETTINGS
+    }
+    span_metrics = collector()["exporters"]["prometheus"]["endpoint"].rsplit(":", 1)[1]
+    expected.add(f"otel-collector:{span_metrics}")
+    assert targets == expected
+    for name in SETTINGS:
+        assert services[name]["environment"][f"RECSERVE_{name.upper()}_METRICS_HOST"] == "0.0.0.0"
+
+
+def test_grafana_provisioning_uses_datasources_compose_defines():
+    services = stack("compose.yaml", "compose.observability.yaml")["services"]
+    grafana = services["grafana"]
+    provisioning = ROOT / "infra" / "grafana" / "provisioning"
+    datasources = yaml.safe_load((provisioning / "datasources" / "datasources.yaml").read_text())
+    tempo = yaml.safe_load((ROOT / "infra" / "tempo" / "tempo.yaml").read_text())
+    ports = {"prometheus": 9090, "tempo": tempo["server"]["http_listen_port"]}
+    for source in datasources["datasources"]:
+        url = urlsplit(source["url"])
+        assert url.hostname in services and url.port == ports[url.hostname], source["name"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in grafana["volumes"]}
+    assert (ROOT / mounts["/etc/grafana/provisioning"]).resolve() == provisioning
+    providers = yaml.safe_load((provisioning / "dashboards" / "dashboards.yaml").read_text())
+    path = providers["providers"][0]["options"]["path"]
+    assert (ROOT / mounts[path]).resolve() == ROOT / "infra" / "grafana" / "dashboards"
+
+
+FROM = re.compile(r"^FROM\s+(\S+)", re.MULTILINE)
+COPY = re.compile(r"^COPY\s+(?!--from)(.+?)\s+\S+$", re.MULTILINE)
+
+
+def dockerfiles():
+    builds = [
+        s["build"]
+        for name in FILES
+        for s in load(name)["services"].values()
+        if isinstance(s.get("build"), dict)
+    ]
+    return {(b["dockerfile"], tuple(sorted(b.get("args", {}).items()))) for b in builds}
+
+
+@pytest.mark.parametrize("dockerfile,args", sorted(dockerfiles()))
+def test_dockerfiles_are_pinned_non_root_and_copy_what_exists(dockerfile, args):
+    text = (ROOT / dockerfile).read_text()
+    defaults = dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.MULTILINE))
+    values = {**defaults, **dict(args)}
+    for image in FROM.findall(text):
+        image = re.sub(r"\$\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), image)
+        if image in {"full", "build", "descriptors"}:
+            continue  # an earlier stage
+        assert re.search(r":v?\d+\.\d+(\.\d+)?", image) and "latest" not in image, image
+    final_stage = text.rsplit("\nFROM ", 1)[1]
+    assert re.search(r"^USER (?!root)\S+", final_stage, re.MULTILINE), "runs as root"
+    for sources in COPY.findall(text):
+        for source in sources.split():
+            path = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], source)
+            assert (ROOT / path).exists(), f"{dockerfile}: COPY {path}"

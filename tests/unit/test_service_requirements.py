@@ -1,0 +1,60 @@
+"""Each image's requirement file is current and covers what its code imports."""
+
+import ast
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = {"services", "recserve_kit", "recserve_model", "recserve", "google", "pipelines"}
+LOCAL |= {"recserve_stack", "bench", "tests"}
+SHARED = ["libs/recserve_kit", "libs/recserve_model", "gen/python/recserve"]
+
+
+def imported_modules(folders: list[Path]) -> set[str]:
+    names: set[str] = set()
+    for folder in folders:
+        for path in folder.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names.update(a.name.split(".")[0] for a in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - LOCAL
+
+
+def test_requirement_files_are_current():
+    check = subprocess.run(
+        [sys.executable, "scripts/service_requirements.py", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+
+
+IMAGE_CODE = {
+    "pipelines": ["pipelines", "services/features", "services/retriever", "libs/recserve_stack"],
+}
+
+
+@pytest.mark.parametrize("image", ["gateway", "features", "retriever", "ranker", "pipelines"])
+def test_every_import_is_in_the_image(image):
+    pinned = {
+        canonicalize_name(line.split("==")[0])
+        for line in (ROOT / "requirements" / "services" / f"{image}.txt").read_text().splitlines()
+        if "==" in line
+    }
+    owners = metadata.packages_distributions()
+    code = IMAGE_CODE.get(image, [f"services/{image}"])
+    folders = [ROOT / f for f in [*code, *SHARED]]
+    missing = {
+        module: owners.get(module)
+        for module in imported_modules(folders)
+        if not {canonicalize_name(d) for d in owners.get(module, [])} & pinned
+    }
+    assert not missing, f"{image} imports modules its image lacks: {missing}"
