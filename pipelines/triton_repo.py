@@ -136,6 +136,10 @@ def publish_model(repository: Path, model: ModelSpec, artifact: Path, version: s
     (model_dir / "config.pbtxt").write_text(cpu_config(model))
     (model_dir / "configs" / "gpu.pbtxt").write_text(gpu_config(model))
     if existing and (model_dir / str(existing[0]) / "model.onnx").exists():
+        # The python-backend glue is serving code, not the model: keep it current.
+        glue = model_dir / str(existing[0]) / "model.py"
+        if not glue.exists() or glue.read_bytes() != PYTHON_MODEL.read_bytes():
+            shutil.copy2(PYTHON_MODEL, glue)
         return existing[0]
     number = max(versions, default=0) + 1
     staging = model_dir / f".{number}.tmp"

@@ -24,6 +24,12 @@ class TritonPythonModel:
         )
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # ONNX Runtime's pool threads spin after each run by default. With
+        # small requests that burned about 15 ms of CPU per request across
+        # the stubs (measured), more than everything else together; a
+        # blocking wait costs microseconds of latency instead.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         self.session = ort.InferenceSession(
             os.path.join(version_dir, "model.onnx"), options, providers=["CPUExecutionProvider"]
         )

@@ -48,6 +48,11 @@ def service_component(settings: StackSettings, name: str, env: dict[str, str]) -
 
 def stack_components(settings: StackSettings) -> list[Component]:
     env = {**os.environ, **service_environment(settings), "PYTHONUNBUFFERED": "1"}
+    if "OTEL_TRACES_SAMPLER" not in os.environ:
+        # Exporting every span cost the gateway a fifth of its CPU under load
+        # (py-spy); a sampled share measures the latency budget as well.
+        env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+        env["OTEL_TRACES_SAMPLER_ARG"] = str(settings.trace_sample_ratio)
     triton_url = f"http://{settings.host}:{settings.triton_http_port}"
     envoy_admin = f"http://{settings.host}:{settings.envoy_admin_port}"
     components = [

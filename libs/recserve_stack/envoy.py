@@ -27,7 +27,7 @@ def envoy_binary() -> str:
 TRACING = """\
                 tracing:
                   # Envoy's own span starts each trace; services continue it.
-                  random_sampling: {{ value: 100 }}
+                  random_sampling: {{ value: {percent} }}
                   provider:
                     name: envoy.tracers.opentelemetry
                     typed_config:
@@ -91,7 +91,7 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
     }
     endpoint = otlp_endpoint()
     if endpoint is not None:
-        mapping["tracing"] = TRACING.format()
+        mapping["tracing"] = TRACING.format(percent=settings.trace_sample_ratio * 100)
         mapping["tracing_cluster"] = TRACING_CLUSTER.format(
             host=endpoint[0], port=endpoint[1]
         ).rstrip("\n")
@@ -113,7 +113,8 @@ def render_compose(settings: StackSettings | None = None) -> str:
         **{f"{name}_host": name for name in ("gateway", "features", "retriever", "ranker")},
         "descriptor_set": "/etc/envoy/recserve.pb",
         "jwks_path": "/data/auth/jwks.json",
-        "tracing": TRACING.format(),
+        # Every request: the Collector's tail sampling decides what to keep.
+        "tracing": TRACING.format(percent=100),
         "tracing_cluster": TRACING_CLUSTER.format(
             host=COMPOSE_COLLECTOR[0], port=COMPOSE_COLLECTOR[1]
         ).rstrip("\n"),

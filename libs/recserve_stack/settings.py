@@ -35,6 +35,13 @@ class StackSettings(BaseSettings):
     rate_limit_per_second: int = Field(
         2000, ge=1, description="Envoy's local rate limit for the public listener."
     )
+    trace_sample_ratio: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Share of requests traced (Envoy, or the gateway without a collector); "
+        "OTEL_TRACES_SAMPLER, when set, wins for the services.",
+    )
     triton_venv: Path = ROOT / ".venv-triton"
     # Triton model repository; the pipeline generates it under the data dir.
     triton_repository: Path | None = None

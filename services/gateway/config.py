@@ -31,6 +31,13 @@ class GatewaySettings(ServiceSettings):
     max_in_flight: int = Field(
         64, ge=1, description="Requests served at once; past it, answered from the fallback."
     )
+    max_queue_ms: float = Field(
+        25.0,
+        gt=0,
+        description="A request that waited longer than this between Envoy (x-request-start) "
+        "and the gateway is answered at once from the fallback (SHED): under overload the "
+        "queue, not the stages, is where the time goes.",
+    )
     stage_delay_ms: float = Field(
         0.0, ge=0, description="Test hook: added before the rank stage to simulate a slow ranker."
     )

@@ -49,6 +49,11 @@ STAGE_SECONDS = Histogram(
     ["stage"],
     buckets=(0.0005, 0.001, 0.002, 0.004, 0.008, 0.015, 0.03, 0.06, 0.1, 0.2),
 )
+QUEUED_SECONDS = Histogram(
+    "recserve_gateway_queued_seconds",
+    "Time between Envoy taking a request (x-request-start) and the gateway starting it.",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+)
 FALLBACKS = Counter("recserve_gateway_fallback_total", "Degraded answers by reason.", ["reason"])
 IN_FLIGHT = Gauge("recserve_gateway_in_flight", "Requests being served.")
 
@@ -87,8 +92,11 @@ class StageFailed(Exception):
 
 
 class Budget:
-    def __init__(self, settings: GatewaySettings, caller_remaining_s: float | None) -> None:
-        total = settings.budget_ms / 1000
+    def __init__(
+        self, settings: GatewaySettings, caller_remaining_s: float | None, queued_s: float = 0.0
+    ) -> None:
+        # The budget is end to end: time already spent queued is gone.
+        total = settings.budget_ms / 1000 - queued_s
         if caller_remaining_s is not None:
             total = min(total, caller_remaining_s - 0.001)
         self.deadline = time.perf_counter() + total
@@ -204,29 +212,38 @@ class Gateway:
 
     # -- requests ------------------------------------------------------------
 
-    async def recommend(self, query: Query, caller_remaining_s: float | None) -> Answer:
+    async def recommend(
+        self, query: Query, caller_remaining_s: float | None, queued_s: float = 0.0
+    ) -> Answer:
         check_query(query, need_user=True)
-        return await self._guarded(query, caller_remaining_s, self._recommend)
+        return await self._guarded(query, caller_remaining_s, queued_s, self._recommend)
 
-    async def similar(self, query: Query, caller_remaining_s: float | None) -> Answer:
+    async def similar(
+        self, query: Query, caller_remaining_s: float | None, queued_s: float = 0.0
+    ) -> Answer:
         check_query(query, need_user=False)
         if not query.item_id:
             raise InvalidArgument("item_id", "is required")
-        return await self._guarded(query, caller_remaining_s, self._similar)
+        return await self._guarded(query, caller_remaining_s, queued_s, self._similar)
 
     async def _guarded(
         self,
         query: Query,
         caller_remaining_s: float | None,
+        queued_s: float,
         path: Callable[[Query, Budget, Answer], Awaitable[Answer]],
     ) -> Answer:
+        """Shed at once when too many requests are in flight or this one
+        queued too long already (overload shows as queueing before us)."""
         answer = Answer(items=[])
-        if self.in_flight >= self.settings.max_in_flight:
+        QUEUED_SECONDS.observe(queued_s)
+        overloaded = queued_s * 1000 > self.settings.max_queue_ms
+        if overloaded or self.in_flight >= self.settings.max_in_flight:
             return self.fallback(answer, "SHED", query)
         self.in_flight += 1
         IN_FLIGHT.inc()
         try:
-            budget = Budget(self.settings, caller_remaining_s)
+            budget = Budget(self.settings, caller_remaining_s, queued_s)
             try:
                 return await path(query, budget, answer)
             except StageFailed as failure:

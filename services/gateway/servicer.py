@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import grpc
@@ -10,6 +11,20 @@ from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_kit.deadlines import remaining_s
 from services.gateway.domain import Answer, Gateway, Query
+
+
+def queued_s(context: grpc.aio.ServicerContext) -> float:
+    """Seconds since Envoy took the request (its x-request-start header); 0 without it.
+
+    Envoy and the gateway share a host clock (loopback, or one Compose host).
+    """
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-request-start":
+            try:
+                return max(0.0, time.time() - float(str(value)))
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 def reason_value(reason: str) -> int:
@@ -51,7 +66,7 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             tuple(request.filter.categories),
             tuple(request.filter.exclude_item_ids),
         )
-        answer = await self.gateway.recommend(query, remaining_s(context))
+        answer = await self.gateway.recommend(query, remaining_s(context), queued_s(context))
         reply = pb.RecommendResponse(request_id=request.request_id or uuid.uuid4().hex)
         fill(reply, answer, request.debug)
         return reply
@@ -66,7 +81,7 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             tuple(request.filter.exclude_item_ids),
             item_id=request.item_id,
         )
-        answer = await self.gateway.similar(query, remaining_s(context))
+        answer = await self.gateway.similar(query, remaining_s(context), queued_s(context))
         reply = pb.SimilarItemsResponse(request_id=request.request_id or uuid.uuid4().hex)
         fill(reply, answer, request.debug)
         return reply

@@ -178,6 +178,21 @@ def test_each_dependency_down_degrades_then_recovers(
     assert not reply.degraded and reply.model_version
 
 
+def test_a_request_that_queued_too_long_is_shed_and_clients_cannot_forge_it(stack, stub):
+    import time
+
+    stale = (("x-request-start", f"{time.time() - 1.0:.6f}"),)  # queued a whole second
+    with grpc.insecure_channel(f"127.0.0.1:{stack.port('gateway')}") as channel:
+        direct = recommend_pb2_grpc.RecommendServiceStub(channel)
+        reply = direct.Recommend(pb.RecommendRequest(user_id="42", k=10), metadata=stale)
+    assert reply.degraded and REASON(reply.degraded_reason) == "DEGRADED_REASON_SHED"
+    assert len(reply.items) == 10  # still an answer, at once
+    # Through Envoy the header is Envoy's own: a client cannot make itself shed.
+    full_answer(stub)
+    reply = stub.Recommend(pb.RecommendRequest(user_id="42", k=10), metadata=stale, timeout=2)
+    assert REASON(reply.degraded_reason) != "DEGRADED_REASON_SHED"
+
+
 def test_admin_calls_need_a_token_and_soft_delete_applies(stack, stub):
     channel = grpc.insecure_channel(stack.envoy_address)
     retriever = retriever_pb2_grpc.RetrieverServiceStub(channel)

@@ -122,6 +122,7 @@ def test_one_request_is_one_trace_across_every_component(built, tmp_path):
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
         "OTEL_EXPORTER_OTLP_INSECURE": "true",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "RECSERVE_STACK_TRACE_SAMPLE_RATIO": "1",
         "RECSERVE_STACK_TRITON_OTLP_HTTP_URL": f"http://127.0.0.1:{http_port}/v1/traces",
     }
     try:
