@@ -1,0 +1,67 @@
+"""CPU per request of each stack process during an open-loop load run.
+
+Reads every component's CPU time (user + system) before and after the load
+and divides by the requests sent: where a request's CPU goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psutil
+
+from bench.load import run_load
+
+COMPONENTS = {
+    "envoy": "envoy -c",
+    "gateway": "services.gateway",
+    "features": "services.features",
+    "retriever": "services.retriever",
+    "ranker": "services.ranker",
+    "tritonserver": "tritonserver --model-repository",
+    "triton python stubs": "triton_python_backend_stub",
+}
+
+
+def stack_processes() -> dict[str, list[psutil.Process]]:
+    found: dict[str, list[psutil.Process]] = {name: [] for name in COMPONENTS}
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        for name, marker in COMPONENTS.items():
+            if marker in command and "pytest" not in command:
+                found[name].append(process)
+    return found
+
+
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def run(target: str, rate: float, duration: float) -> dict[str, object]:
+    processes = stack_processes()
+    missing = [name for name, found in processes.items() if not found]
+    if missing:
+        raise SystemExit(f"not running: {', '.join(missing)} (start the stack first)")
+    before = {name: cpu_seconds(p) for name, p in processes.items()}
+    result = asyncio.run(run_load(target, rate, duration))
+    sent = result.summary()["sent"]
+    assert isinstance(sent, int) and sent > 0
+    per_request = {
+        name: round(1000 * (cpu_seconds(p) - before[name]) / sent, 2)
+        for name, p in processes.items()
+    }
+    return {
+        "rate_rps": rate,
+        "duration_s": duration,
+        "sent": sent,
+        "cpu_ms_per_request": per_request,
+        "total_cpu_ms_per_request": round(sum(per_request.values()), 2),
+        "latency": result.summary(),
+    }
