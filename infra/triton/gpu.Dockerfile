@@ -6,7 +6,8 @@
 # CUDA runtime libraries and one backend (expected 6-8 GB, most of it CUDA,
 # cuDNN and TensorRT). Image size is cold-start time on a new node.
 #   docker build -f infra/triton/gpu.Dockerfile -t recserve/triton-gpu .
-ARG TRITON_VERSION=25.10
+# 24.10 ships Triton 2.51.0, the server in the nvidia-pytriton wheel the CPU stack runs.
+ARG TRITON_VERSION=24.10
 
 FROM nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-py3 AS full
 

@@ -61,4 +61,6 @@ async def show(settings: StackSettings) -> None:
         f'  grpcurl -plaintext -H "authorization: Bearer $(cat {token})" '
         f'-d \'{{"item_ids":["50"],"mode":"DELETE_MODE_SOFT"}}\' {address} '
         "recserve.retriever.v1.RetrieverService/DeleteItems\n"
+        "  nightly re-scoring on Spark, in another terminal (users' own fallback lists):\n"
+        f"  .venv/bin/python -m pipelines rescore run --data-dir {settings.data_dir}\n"
     )

@@ -36,7 +36,8 @@ class PublishError(RuntimeError):
 
 
 def feature_store(data_dir: Path, redis_url: str = "") -> FeatureStore:
-    feast_dir = data_dir / "feast"
+    # Absolute: Feast resolves a relative SQLite path against its repo path.
+    feast_dir = data_dir.resolve() / "feast"
     feast_dir.mkdir(parents=True, exist_ok=True)
     return FeatureStore(config=repo_config(feast_dir, redis_url))
 

@@ -49,6 +49,7 @@ STAGE_SECONDS = Histogram(
     ["stage"],
     buckets=(0.0005, 0.001, 0.002, 0.004, 0.008, 0.015, 0.03, 0.06, 0.1, 0.2),
 )
+DESCRIBE_TIMEOUT_S = 0.01  # titles for a fallback answer: worth a short wait only
 QUEUED_SECONDS = Histogram(
     "recserve_gateway_queued_seconds",
     "Time between Envoy taking a request (x-request-start) and the gateway starting it.",
@@ -210,6 +211,37 @@ class Gateway:
         answer.timings.append(("fallback", (time.perf_counter() - started) * 1000))
         return answer
 
+    async def _personal_fallback(
+        self,
+        answer: Answer,
+        reason: str,
+        query: Query,
+        seen: Sequence[str],
+        user: fpb.UserFeatures | None,
+        budget: Budget,
+    ) -> Answer:
+        """The fallback, with titles for precomputed items the popular lists
+        do not describe, asked of the features service when it is answering."""
+        self.fallback(answer, reason, query, seen, user)
+        missing = [i.item_id for i in answer.items if not i.title]
+        if answer.source != "PRECOMPUTED" or not missing or reason.startswith("FEATURES"):
+            return answer
+        timeout = min(DESCRIBE_TIMEOUT_S, max(budget.remaining_s(), 0.002))
+        try:
+            reply = await self.features.GetItemFeatures(
+                fpb.GetItemFeaturesRequest(item_ids=missing), timeout=timeout
+            )
+        except grpc.aio.AioRpcError:
+            return answer  # ids without titles are still the user's own list
+        found = {f.item_id: f for f in reply.items if f.found}
+        answer.items = [
+            Item(i.item_id, i.score, found[i.item_id].title, tuple(found[i.item_id].categories))
+            if i.item_id in found and not i.title
+            else i
+            for i in answer.items
+        ]
+        return answer
+
     # -- requests ------------------------------------------------------------
 
     async def recommend(
@@ -305,7 +337,7 @@ class Gateway:
                 ),
             )
         except StageFailed as failure:
-            return self.fallback(answer, failure.reason, query, seen, user)
+            return await self._personal_fallback(answer, failure.reason, query, seen, user, budget)
         blocked = {*query.exclude_item_ids, *seen}
         candidates = [c for c in retrieved.items if c.item_id not in blocked]
         return await self._rank_and_merge(
@@ -357,7 +389,8 @@ class Gateway:
     ) -> Answer:
         trace.get_current_span().set_attribute(attr.CANDIDATES, len(candidates))
         if not candidates:
-            return self.fallback(answer, "RETRIEVER_UNAVAILABLE", query, seen, user)
+            reason = "RETRIEVER_UNAVAILABLE"
+            return await self._personal_fallback(answer, reason, query, seen, user, budget)
         try:
             details = await self._stage(
                 "item_features",
@@ -371,7 +404,7 @@ class Gateway:
                 ),
             )
         except StageFailed as failure:
-            return self.fallback(answer, failure.reason, query, seen, user)
+            return await self._personal_fallback(answer, failure.reason, query, seen, user, budget)
         trace.get_current_span().set_attribute(attr.CACHE_HITS, details.cache_hits)
         scores = [c.score for c in candidates]
         if user is not None:

@@ -172,6 +172,7 @@ def test_each_dependency_down_degrades_then_recovers(
             assert len(reply.items) == 10
             if source == "PRECOMPUTED":
                 assert [i.item_id for i in reply.items] == precomputed[user_id][:10]
+                assert all(i.title and i.categories for i in reply.items)  # from features
             # The budget held: no stage ran past the whole request's budget.
             assert sum(t.duration_ms for t in reply.stage_timings) < 100 + 25
     reply = full_answer(stub, "1")

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,7 @@ from pipelines.rescore.validate import validate
 from services.gateway.fallback import PopularItems
 from tests.helpers import data_dir_with_artifacts, poll_until
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -360,6 +361,12 @@ async def test_the_features_service_serves_the_live_runs_lists(built, good_run, 
             assert not unknown.user.precomputed_item_ids and not unknown.user.precomputed_run_id
     finally:
         await service.stop(0)
+
+
+def test_a_relative_data_dir_names_the_same_online_store(data_dir, monkeypatch):
+    monkeypatch.chdir(data_dir.parent)
+    store = feature_store(Path(data_dir.name))
+    assert Path(store.config.online_store.path) == data_dir.resolve() / "feast" / "online.db"
 
 
 def test_a_killed_job_resumes_without_redoing_finished_buckets(built, data_dir, tmp_path):
