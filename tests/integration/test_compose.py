@@ -124,6 +124,9 @@ def test_addresses_healthchecks_and_ports_agree():
     assert redis.hostname == "redis"
     init = " ".join(services["init"]["command"])
     assert redis.geturl() in init and qdrant.geturl() in init
+    nightly = services["rescore"]
+    assert nightly["profiles"] == ["nightly"] and redis.geturl() in nightly["command"]
+    assert nightly["image"] == services["init"]["image"]
 
 
 def test_dependencies_wait_for_health_and_only_the_edge_is_published():
