@@ -7,6 +7,8 @@ provisioning points at datasources Compose defines."""
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -303,6 +305,18 @@ def dockerfiles():
         if isinstance(s.get("build"), dict)
     ]
     return {(b["dockerfile"], tuple(sorted(b.get("args", {}).items()))) for b in builds}
+
+
+@pytest.mark.parametrize("dockerfile", sorted({d for d, _ in dockerfiles()}))
+def test_dockerfiles_pass_hadolint(dockerfile):
+    hadolint = Path(sys.executable).parent / "hadolint"
+    lint = subprocess.run(
+        [str(hadolint), "--config", str(ROOT / ".hadolint.yaml"), "--no-color", dockerfile],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 @pytest.mark.parametrize("dockerfile,args", sorted(dockerfiles()))
