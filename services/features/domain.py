@@ -10,6 +10,7 @@ cleared when a new artifact is published). User reads go to the store.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 from collections.abc import Sequence
@@ -20,12 +21,15 @@ import pandas as pd
 from cachetools import TTLCache
 from feast import FeatureStore
 from feast.data_source import PushMode
+from feast.errors import FeatureViewNotFoundException
 from prometheus_client import Counter
 from recserve_model import published
 
 from recserve_kit.errors import InvalidArgument
 from services.features.config import FeaturesSettings
 from services.features.feature_repo import ITEM_PUSH_SOURCE, USER_PUSH_SOURCE
+
+log = logging.getLogger(__name__)
 
 CACHE = Counter("recserve_feature_cache_total", "Item-feature cache lookups.", ["result"])
 MAX_ID_LEN = 128
@@ -125,9 +129,17 @@ class Features:
         if live is not None:
             view = published.slot_view(str(live["slot"]))
             refs += [f"{view}:item_ids", f"{view}:run_id"]
-        rows = self.store.get_online_features(
-            features=refs, entity_rows=[{"user_id": u} for u in user_ids]
-        ).to_dict()
+        entities = [{"user_id": u} for u in user_ids]
+        try:
+            rows = self.store.get_online_features(features=refs, entity_rows=entities).to_dict()
+        except FeatureViewNotFoundException:
+            # A pointer to a slot this registry lacks: serve the features
+            # without precomputed lists rather than fail every request.
+            log.warning("published slot view missing", extra={"fields": {"run": live}})
+            live = None
+            rows = self.store.get_online_features(
+                features=self._user_refs, entity_rows=entities
+            ).to_dict()
         out = []
         for i, user_id in enumerate(user_ids):
             # Only rows of the live run: a slot being rewritten may hold another.

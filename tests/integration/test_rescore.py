@@ -363,6 +363,29 @@ async def test_the_features_service_serves_the_live_runs_lists(built, good_run, 
         await service.stop(0)
 
 
+async def test_a_pointer_to_a_missing_slot_never_breaks_user_features(built, tmp_path):
+    import grpc
+
+    from recserve.features.v1 import features_pb2 as fpb
+    from recserve.features.v1 import features_pb2_grpc
+    from services.features.config import FeaturesSettings
+    from services.features.server import create_server
+
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+    layout.write_json(layout.pointer(data_dir), {"run_id": "ghost", "slot": "z", "history": []})
+    settings = FeaturesSettings(port=0, data_dir=data_dir, shutdown_drain_s=0, refresh_interval_s=0)
+    service = await create_server(settings)
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            stub = features_pb2_grpc.FeatureServiceStub(channel)
+            reply = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id="42"))
+        assert reply.user.found and reply.user.recent_item_ids
+        assert not reply.user.precomputed_item_ids
+    finally:
+        await service.stop(0)
+
+
 def test_a_relative_data_dir_names_the_same_online_store(data_dir, monkeypatch):
     monkeypatch.chdir(data_dir.parent)
     store = feature_store(Path(data_dir.name))
