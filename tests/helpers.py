@@ -61,3 +61,19 @@ def data_dir_with_artifacts(tmp: Path, built_data_dir: Path) -> Path:
         built_data_dir / "triton" / "repository", target_is_directory=True
     )
     return tmp
+
+
+def user_message(row):
+    """A features.v1.UserFeatures from a row of the joined user tables."""
+    from recserve.features.v1 import features_pb2
+
+    return features_pb2.UserFeatures(
+        user_id=row.user_id,
+        found=True,
+        age=int(row.age),
+        gender=row.gender,
+        occupation=row.occupation,
+        rating_count=int(row.rating_count),
+        mean_rating=float(row.mean_rating),
+        recent_item_ids=list(row.recent_item_ids),
+    )

@@ -20,7 +20,7 @@ from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_stack.triton_process import running_triton, start_triton
 from services.ranker.config import RankerSettings
 from services.ranker.server import create_server
-from tests.helpers import apoll_until
+from tests.helpers import apoll_until, user_message
 
 
 @pytest.fixture(scope="module")
@@ -66,19 +66,6 @@ async def ranker(setup, triton):
     yield ranker_pb2_grpc.RankerServiceStub(channel), service, channel
     await channel.close()
     await service.stop(0)
-
-
-def user_message(row):
-    return fpb.UserFeatures(
-        user_id=row.user_id,
-        found=True,
-        age=int(row.age),
-        gender=row.gender,
-        occupation=row.occupation,
-        rating_count=int(row.rating_count),
-        mean_rating=float(row.mean_rating),
-        recent_item_ids=list(row.recent_item_ids),
-    )
 
 
 @pytest.fixture(scope="module")

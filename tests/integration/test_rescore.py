@@ -9,8 +9,10 @@ import signal
 import subprocess
 import sys
 import threading
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -33,8 +35,12 @@ from pipelines.rescore.publish import (
 )
 from pipelines.rescore.synthetic import write_users
 from pipelines.rescore.validate import validate
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
+from services.features.config import FeaturesSettings
+from services.features.server import create_server as features_server
 from services.gateway.fallback import PopularItems
-from tests.helpers import data_dir_with_artifacts, poll_until
+from tests.helpers import data_dir_with_artifacts, poll_until, user_message
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,9 +123,6 @@ def triton(built, tmp_path_factory):
 
 
 async def test_batch_scores_equal_the_online_rankers(built, good_run, data_dir, triton):
-    import grpc
-
-    from recserve.features.v1 import features_pb2 as fpb
     from recserve.ranker.v1 import ranker_pb2 as pb
     from recserve.ranker.v1 import ranker_pb2_grpc
     from services.ranker.config import RankerSettings
@@ -171,22 +174,26 @@ async def test_batch_scores_equal_the_online_rankers(built, good_run, data_dir, 
                 for i, s in zip(row["item_ids"], row["retrieval_scores"], strict=True)
             ]
             request = pb.ScoreRequest(
-                user=fpb.UserFeatures(
-                    user_id=user.user_id,
-                    found=True,
-                    age=int(user.age),
-                    gender=user.gender,
-                    occupation=user.occupation,
-                    rating_count=int(user.rating_count),
-                    mean_rating=float(user.mean_rating),
-                    recent_item_ids=list(user.recent_item_ids),
-                ),
+                user=user_message(user),
                 candidates=candidates,  # no user_vector: Triton's user tower computes it
             )
             reply = await stub.Score(request)
             assert reply.model_version == built.version
             np.testing.assert_allclose(reply.scores, row["scores"], rtol=1e-4, atol=1e-4)
     await service.stop(0)
+
+
+@asynccontextmanager
+async def features_service(data_dir):
+    """The real features service over ``data_dir``, in process; yields a stub."""
+    settings = FeaturesSettings(port=0, data_dir=data_dir, shutdown_drain_s=0, refresh_interval_s=0)
+    service = await features_server(settings)
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            yield features_pb2_grpc.FeatureServiceStub(channel)
+    finally:
+        await service.stop(0)
 
 
 def staged_copy(data_dir, source_run, run_id, edit):
@@ -338,52 +345,25 @@ def test_publish_is_atomic_and_rollback_restores_the_previous_lists(
 
 async def test_the_features_service_serves_the_live_runs_lists(built, good_run, data_dir):
     """What the gateway reads as a user's precomputed list and own fallback."""
-    import grpc
-
-    from recserve.features.v1 import features_pb2 as fpb
-    from recserve.features.v1 import features_pb2_grpc
-    from services.features.config import FeaturesSettings
-    from services.features.server import create_server
 
     state = live(data_dir)
     lists = top_n_lists(layout.published_run(data_dir, state["run_id"]))
-    settings = FeaturesSettings(port=0, data_dir=data_dir, shutdown_drain_s=0, refresh_interval_s=0)
-    service = await create_server(settings)
-    await service.start()
-    try:
-        async with grpc.aio.insecure_channel(service.address) as channel:
-            stub = features_pb2_grpc.FeatureServiceStub(channel)
-            for user_id in ("1", "42", "943"):
-                reply = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id=user_id))
-                assert reply.user.precomputed_run_id == state["run_id"]
-                assert list(reply.user.precomputed_item_ids) == lists[user_id]
-            unknown = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id="nobody"))
-            assert not unknown.user.precomputed_item_ids and not unknown.user.precomputed_run_id
-    finally:
-        await service.stop(0)
+    async with features_service(data_dir) as stub:
+        for user_id in ("1", "42", "943"):
+            reply = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id=user_id))
+            assert reply.user.precomputed_run_id == state["run_id"]
+            assert list(reply.user.precomputed_item_ids) == lists[user_id]
+        unknown = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id="nobody"))
+        assert not unknown.user.precomputed_item_ids and not unknown.user.precomputed_run_id
 
 
 async def test_a_pointer_to_a_missing_slot_never_breaks_user_features(built, tmp_path):
-    import grpc
-
-    from recserve.features.v1 import features_pb2 as fpb
-    from recserve.features.v1 import features_pb2_grpc
-    from services.features.config import FeaturesSettings
-    from services.features.server import create_server
-
     data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
     layout.write_json(layout.pointer(data_dir), {"run_id": "ghost", "slot": "z", "history": []})
-    settings = FeaturesSettings(port=0, data_dir=data_dir, shutdown_drain_s=0, refresh_interval_s=0)
-    service = await create_server(settings)
-    await service.start()
-    try:
-        async with grpc.aio.insecure_channel(service.address) as channel:
-            stub = features_pb2_grpc.FeatureServiceStub(channel)
-            reply = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id="42"))
-        assert reply.user.found and reply.user.recent_item_ids
-        assert not reply.user.precomputed_item_ids
-    finally:
-        await service.stop(0)
+    async with features_service(data_dir) as stub:
+        reply = await stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id="42"))
+    assert reply.user.found and reply.user.recent_item_ids
+    assert not reply.user.precomputed_item_ids
 
 
 def test_a_relative_data_dir_names_the_same_online_store(data_dir, monkeypatch):
