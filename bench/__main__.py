@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -92,15 +92,53 @@ def features(
     write(out, {"benchmark": "features", "calls": calls, "rows": rows})
 
 
+def batching_part(
+    artifact: Path,
+    work_dir: Path,
+    model: str,
+    delays: tuple[int, ...],
+    feed: dict[str, Any],
+    seconds: float,
+) -> dict[str, object]:
+    """One model without and with dynamic batching in one Triton, closed loop."""
+    import shutil
+
+    from bench import ranker_bench as rb
+    from recserve_stack.triton_process import running_triton
+
+    shutil.rmtree(work_dir, ignore_errors=True)
+    repo = work_dir / "repository"
+    models = rb.batching_repository(artifact, repo, artifact.name, model, delays)
+    levels = (1, 4, 16, 64, 128, 256)  # past 64, batching still gains within p99 50 ms
+    with running_triton(work_dir, repo, models) as server:
+        sweep = asyncio.run(rb.batching_sweep(server.grpc_url, feed, seconds, levels, models))
+    rows = len(next(iter(feed.values())))
+    table = Table(title=f"Triton, {model}, {rows}-row requests, closed loop: req/s (p99 ms)")
+    table.add_column("clients")
+    for name in models:
+        table.add_column(name.removeprefix(f"{model}_"))
+    for i, level in enumerate(levels):
+        table.add_row(
+            str(level), *(f"{sweep[m][i]['rps']} ({sweep[m][i]['p99_ms']})" for m in models)
+        )
+    console.print(table)
+    best = {m: rb.best_within(sweep[m]) for m in models}
+    off = best[f"{model}_nobatch"]
+    on_model = max((m for m in models if not m.endswith("_nobatch")), key=lambda m: best[m])
+    ratio = round(best[on_model] / off, 2) if off else None
+    console.print(f"best rps with p99 <= 50 ms: {best}; {on_model} vs off: {ratio}x")
+    return {"sweep": sweep, "best_rps_p99_50ms": {**best, "best_on": on_model, "ratio": ratio}}
+
+
 @app.command()
 def ranker(
     data_dir: Annotated[Path, typer.Option(help="A data dir with built artifacts.")] = Path("data"),
     rows: Annotated[int, typer.Option(help="Rows of the big embedding table.")] = 5_000_000,
     seconds: float = 5.0,
     work_dir: Path = Path("build/bench-ranker"),
-    parts: Annotated[str, typer.Option(help="Any of batching,gather,memory.")] = (
-        "batching,gather,memory"
-    ),
+    parts: Annotated[
+        str, typer.Option(help="Any of batching,batching-user,gather,memory.")
+    ] = "batching,batching-user,gather,memory",
     out: Path | None = None,
 ) -> None:
     """Batching on vs off; in-graph gather vs per-request table; fp32 vs int8 memory."""
@@ -117,32 +155,15 @@ def ranker(
     spec = EncodingSpec.load(artifact / "encoding.json")
     wanted = set(parts.split(","))
     results: dict[str, object] = {"benchmark": "ranker", "rows": rows}
-    if "batching" in wanted:
-        shutil.rmtree(work_dir / "batching", ignore_errors=True)
-        repo = work_dir / "batching" / "repository"
-        models = rb.batching_repository(artifact, repo, artifact.name)
-        levels = (1, 4, 16, 64)
-        with running_triton(work_dir / "batching", repo, models) as server:
-            sweep = asyncio.run(
-                rb.batching_sweep(server.grpc_url, spec, spec.num_rows, seconds, levels, models)
-            )
-        table = Table(title="Triton, 200-candidate requests, closed loop: req/s (p99 ms)")
-        table.add_column("clients")
-        for model in models:
-            table.add_column(model.removeprefix("ranker_"))
-        for i, level in enumerate(levels):
-            table.add_row(
-                str(level), *(f"{sweep[m][i]['rps']} ({sweep[m][i]['p99_ms']})" for m in models)
-            )
-        console.print(table)
-        best = {m: rb.best_within(sweep[m]) for m in models}
-        off = best["ranker_nobatch"]
-        on_model = max((m for m in models if m != "ranker_nobatch"), key=lambda m: best[m])
-        on = best[on_model]
-        ratio = round(on / off, 2) if off else None
-        console.print(f"best rps with p99 <= 50 ms: {best}; {on_model} vs off: {ratio}x")
-        results["batching"] = sweep
-        results["batching_best_rps_p99_50ms"] = {**best, "best_on": on_model, "ratio": ratio}
+    sweeps = {
+        # 200-candidate Score requests: 200 batch rows each.
+        "batching": ("ranker", rb.QUEUE_DELAYS_US, rb.ranker_feed(spec, 200, spec.num_rows)),
+        # EmbedUser requests: one row each.
+        "batching-user": ("user_tower", (250, 1000), rb.user_feed(spec, 1, spec.num_rows)),
+    }
+    for part, (model, delays, feed) in sweeps.items():
+        if part in wanted:
+            results[part] = batching_part(artifact, work_dir / part, model, delays, feed, seconds)
     big_spec = EncodingSpec(spec.item_ids, spec.genres, spec.occupations, spec.embedding_dim)
     big = work_dir / "big"
     if wanted & {"gather", "memory"} and not (big / "ranker_int8" / "model.onnx").exists():

@@ -24,7 +24,7 @@ import onnxruntime as ort
 import psutil
 import torch
 import tritonclient.grpc.aio as triton_aio
-from recserve_model.encoding import EncodingSpec
+from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 from tritonclient.grpc import InferInput
 
 from bench.services import new_histogram, percentiles
@@ -44,10 +44,18 @@ def ranker_feed(spec: EncodingSpec, n: int, rows: int, seed: int = 0) -> dict[st
     }
 
 
+def user_feed(spec: EncodingSpec, n: int, rows: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """User-tower inputs: one row per EmbedUser request."""
+    rng = np.random.default_rng(seed)
+    return {
+        "user_features": rng.random((n, spec.user_dim)).astype(np.float32),
+        "history": rng.integers(1, rows, (n, HISTORY_LEN)).astype(np.int64),
+    }
+
+
 def inputs_for(feed: dict[str, np.ndarray]) -> list[InferInput]:
     out = []
-    for name in RANKER_INPUTS:
-        array = feed[name]
+    for name, array in feed.items():
         tensor = InferInput(name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32")
         tensor.set_data_from_numpy(array)
         out.append(tensor)
@@ -60,23 +68,29 @@ def inputs_for(feed: dict[str, np.ndarray]) -> list[InferInput]:
 QUEUE_DELAYS_US = (250, 500, 1000, 2000)
 
 
-def batching_repository(artifact: Path, target: Path, version: str) -> list[str]:
-    """The ranker without dynamic batching and with each queue delay; their names."""
+def batching_repository(
+    artifact: Path,
+    target: Path,
+    version: str,
+    model: str = "ranker",
+    delays: tuple[int, ...] = QUEUE_DELAYS_US,
+) -> list[str]:
+    """The model without dynamic batching and with each queue delay; their names."""
     spec = EncodingSpec.load(artifact / "encoding.json")
-    ranker = next(m for m in model_specs(spec) if m.name == "ranker")
-    publish_model(target, ranker, artifact, version)
-    base = cpu_config(ranker)
-    names = ["ranker_nobatch"]
-    off = target / "ranker_nobatch"
-    shutil.copytree(target / "ranker", off)
-    config = base.replace('name: "ranker"', 'name: "ranker_nobatch"')
+    source = next(m for m in model_specs(spec) if m.name == model)
+    publish_model(target, source, artifact, version)
+    base = cpu_config(source)
+    names = [f"{model}_nobatch"]
+    off = target / names[0]
+    shutil.copytree(target / model, off)
+    config = base.replace(f'name: "{model}"', f'name: "{names[0]}"')
     config = "\n".join(line for line in config.splitlines() if "dynamic_batching" not in line)
     (off / "config.pbtxt").write_text(config + "\n")
-    for delay in QUEUE_DELAYS_US:
-        name = f"ranker_q{delay}"
-        shutil.copytree(target / "ranker", target / name)
-        config = base.replace('name: "ranker"', f'name: "{name}"').replace(
-            f"max_queue_delay_microseconds: {ranker.cpu_queue_delay_us}",
+    for delay in delays:
+        name = f"{model}_q{delay}"
+        shutil.copytree(target / model, target / name)
+        config = base.replace(f'name: "{model}"', f'name: "{name}"').replace(
+            f"max_queue_delay_microseconds: {source.cpu_queue_delay_us}",
             f"max_queue_delay_microseconds: {delay}",
         )
         (target / name / "config.pbtxt").write_text(config)
@@ -109,13 +123,11 @@ async def closed_loop(
 
 async def batching_sweep(
     url: str,
-    spec: EncodingSpec,
-    rows: int,
+    feed: dict[str, np.ndarray],
     seconds: float,
     levels: tuple[int, ...],
     models: list[str],
 ) -> dict[str, list[dict[str, float]]]:
-    feed = ranker_feed(spec, 200, rows)
     out: dict[str, list[dict[str, float]]] = {}
     for model in models:
         await closed_loop(url, model, feed, 2, 1.0)  # warm-up
