@@ -23,9 +23,11 @@ RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nolog
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /opt/backends /opt/backends
 # The stub finds numpy and onnxruntime through the python3 first on PATH.
+# Two malloc arenas, as the local runner sets (libs/recserve_stack/triton.py).
 ENV PATH=/opt/venv/bin:$PATH \
     LD_LIBRARY_PATH=/usr/local/lib:/opt/venv/lib/python3.11/site-packages/nvidia_pytriton.libs \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    MALLOC_ARENA_MAX=2
 USER 10001:10001
 # TRITON_EXTRA_ARGS: e.g. the trace flags the observability layer adds.
 CMD ["sh", "-c", "exec /opt/venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver --model-repository=/data/triton/repository --backend-directory=/opt/backends --model-control-mode=explicit --load-model=user_tower --load-model=ranker --strict-readiness=true $TRITON_EXTRA_ARGS"]

@@ -111,6 +111,10 @@ def environment(settings: StackSettings) -> dict[str, str]:
     ).rstrip(os.pathsep)
     env["PATH"] = os.pathsep.join([str(settings.triton_venv / "bin"), env.get("PATH", "")])
     env.pop("PYTHONPATH", None)
+    # glibc gives each of Triton's busy threads its own malloc arena, and each
+    # keeps its high-water mark: 30-40 MB more resident after a burst of large
+    # requests (measured, docs/benchmarks.md). Two arenas suit a CPU server.
+    env.setdefault("MALLOC_ARENA_MAX", "2")
     return env
 
 
