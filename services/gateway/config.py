@@ -31,6 +31,21 @@ class GatewaySettings(ServiceSettings):
     max_in_flight: int = Field(
         64, ge=1, description="Requests served at once; past it, answered from the fallback."
     )
+    adaptive_limit: bool = Field(
+        True,
+        description="Learn the bound on requests in flight between min_in_flight and "
+        "max_in_flight from latency (AIMD); off: max_in_flight is the bound.",
+    )
+    min_in_flight: int = Field(2, ge=1, description="The adaptive bound never goes below this.")
+    # Half the budget: at 200/s on 2 cores it halved p99 against a fixed
+    # bound and served the most full answers; 30 ms cut p99 further but shed
+    # more at 100/s (docs/benchmarks.md, "Overload").
+    limit_target_ms: float = Field(
+        50.0,
+        gt=0,
+        description="A request slower than this end to end (or with a stage timeout) "
+        "lowers the adaptive bound.",
+    )
     max_queue_ms: float = Field(
         25.0,
         gt=0,
@@ -54,4 +69,6 @@ class GatewaySettings(ServiceSettings):
         )
         if total > self.budget_ms * 1.5:
             raise ValueError(f"stage budgets add up to {total} ms, far over budget_ms")
+        if self.min_in_flight > self.max_in_flight:
+            raise ValueError("min_in_flight is above max_in_flight")
         return self

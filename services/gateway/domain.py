@@ -34,6 +34,7 @@ from recserve_kit import attributes as attr
 from recserve_kit.errors import InvalidArgument, NotFound
 from services.gateway.config import GatewaySettings
 from services.gateway.fallback import PopularItems
+from services.gateway.limiter import AdaptiveLimit
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("recserve.gateway")
@@ -57,6 +58,7 @@ QUEUED_SECONDS = Histogram(
 )
 FALLBACKS = Counter("recserve_gateway_fallback_total", "Degraded answers by reason.", ["reason"])
 IN_FLIGHT = Gauge("recserve_gateway_in_flight", "Requests being served.")
+LIMIT = Gauge("recserve_gateway_concurrency_limit", "Requests admitted at once (adaptive).")
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,12 @@ class Gateway:
         self.ranker = ranker
         self.popular = popular
         self.in_flight = 0
+        self.limit = AdaptiveLimit(
+            settings.min_in_flight if settings.adaptive_limit else settings.max_in_flight,
+            settings.max_in_flight,
+            settings.limit_target_ms / 1000,
+        )
+        LIMIT.set(self.limit.current)
 
     # -- stages --------------------------------------------------------------
 
@@ -265,15 +273,17 @@ class Gateway:
         queued_s: float,
         path: Callable[[Query, Budget, Answer], Awaitable[Answer]],
     ) -> Answer:
-        """Shed at once when too many requests are in flight or this one
-        queued too long already (overload shows as queueing before us)."""
+        """Shed at once when the (adaptive) bound on requests in flight is
+        reached or this one queued too long already (overload shows as
+        queueing before us)."""
         answer = Answer(items=[])
         QUEUED_SECONDS.observe(queued_s)
         overloaded = queued_s * 1000 > self.settings.max_queue_ms
-        if overloaded or self.in_flight >= self.settings.max_in_flight:
+        if overloaded or not self.limit.admits(self.in_flight):
             return self.fallback(answer, "SHED", query)
         self.in_flight += 1
         IN_FLIGHT.inc()
+        started = time.perf_counter()
         try:
             budget = Budget(self.settings, caller_remaining_s, queued_s)
             try:
@@ -281,6 +291,9 @@ class Gateway:
             except StageFailed as failure:
                 return self.fallback(answer, failure.reason, query)
         finally:
+            latency_s = queued_s + time.perf_counter() - started
+            self.limit.record(latency_s, answer.reason, self.in_flight)
+            LIMIT.set(self.limit.current)
             self.in_flight -= 1
             IN_FLIGHT.dec()
 

@@ -1,0 +1,60 @@
+"""An adaptive bound on requests in flight (AIMD, as in Netflix's
+concurrency-limits ``AIMDLimit``).
+
+Under overload on CPU-bound hosts, every admitted request slows every other:
+at 200/s on two cores a fixed bound of 64 let requests run out their stage
+deadlines mid-path (CPU spent, then the fallback anyway, p99 110 ms), while a
+bound of 3 shed the same share at the door in a millisecond and kept p99 at
+51 ms (docs/benchmarks.md). The right bound depends on the host and the load,
+so it is learned: a request that ends late or with a stage timeout shrinks
+the bound by ``backoff`` (at most once per ``target_s``, so one slow burst
+does not collapse it), and an on-time request grows it by 1/limit while the
+bound is actually in use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+OVERLOAD_REASONS = frozenset(
+    {"FEATURES_TIMEOUT", "RANKER_TIMEOUT", "RETRIEVER_TIMEOUT", "BUDGET_EXHAUSTED"}
+)
+
+
+class AdaptiveLimit:
+    def __init__(
+        self,
+        minimum: int,
+        maximum: int,
+        target_s: float,
+        backoff: float = 0.9,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 1 <= minimum <= maximum:
+            raise ValueError(f"need 1 <= minimum <= maximum, got {minimum}, {maximum}")
+        self.minimum = minimum
+        self.maximum = maximum
+        self.target_s = target_s
+        self.backoff = backoff
+        self.clock = clock
+        self.limit = float(maximum)
+        self._last_decrease = -float("inf")
+
+    @property
+    def current(self) -> int:
+        return int(self.limit)
+
+    def admits(self, in_flight: int) -> bool:
+        return in_flight < self.current
+
+    def record(self, latency_s: float, reason: str, in_flight: int) -> None:
+        """One finished request: its end-to-end latency, its degraded reason
+        ("" when full) and the requests in flight when it ended (itself included)."""
+        if latency_s > self.target_s or reason in OVERLOAD_REASONS:
+            now = self.clock()
+            if now - self._last_decrease >= self.target_s:
+                self.limit = max(float(self.minimum), self.limit * self.backoff)
+                self._last_decrease = now
+        elif in_flight * 2 >= self.limit:
+            self.limit = min(float(self.maximum), self.limit + 1 / self.limit)
