@@ -95,13 +95,22 @@ def _tensors(kind: str, tensors: tuple[Tensor, ...]) -> str:
     return f"{kind} [\n{body}\n]\n"
 
 
+def dynamic_batching(queue_delay_us: int) -> str:
+    # Each request carries its timeout (the ranker's deadline); one still
+    # queued past it is rejected by Triton, so the client never has to cancel.
+    return (
+        f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us}\n"
+        "  default_queue_policy { timeout_action: REJECT allow_timeout_override: true } }\n"
+    )
+
+
 def cpu_config(model: ModelSpec) -> str:
     return (
         f'name: "{model.name}"\nbackend: "python"\nmax_batch_size: {model.max_batch_size}\n'
         + _tensors("input", model.inputs)
         + _tensors("output", model.outputs)
         + "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
-        + f"dynamic_batching {{ max_queue_delay_microseconds: {model.cpu_queue_delay_us} }}\n"
+        + dynamic_batching(model.cpu_queue_delay_us)
         + "version_policy: { latest: { num_versions: 2 } }\n"
         + 'parameters { key: "intra_op_threads" value { string_value: "2" } }\n'
     )
@@ -113,7 +122,7 @@ def gpu_config(model: ModelSpec) -> str:
         + _tensors("input", model.inputs)
         + _tensors("output", model.outputs)
         + "instance_group [ { kind: KIND_GPU count: 1 } ]\n"
-        + f"dynamic_batching {{ max_queue_delay_microseconds: {model.gpu_queue_delay_us} }}\n"
+        + dynamic_batching(model.gpu_queue_delay_us)
         + "version_policy: { latest: { num_versions: 2 } }\n"
         + "optimization { execution_accelerators { gpu_execution_accelerator: [ {\n"
         + '  name: "tensorrt"\n'

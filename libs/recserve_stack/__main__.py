@@ -61,12 +61,12 @@ async def run_stack(settings: StackSettings, after_ready: AfterReady | None = No
         print("recserve stack ready", flush=True)
         if after_ready is not None:
             await after_ready(settings)
-        exited = asyncio.create_task(runner.wait_for_exit())
+        exited = asyncio.create_task(runner.supervise())
         await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if exited.done():
             failed = exited.result()
             code = 1
-            console.print(f"[red]{failed.name} exited unexpectedly[/]")
+            console.print(f"[red]{failed.name} keeps exiting; stopping the stack[/]")
             console.print("\n".join(failed.tail))
         else:
             exited.cancel()

@@ -146,6 +146,48 @@ class Runner:
             task.cancel()
         return waits[next(iter(done))]
 
+    async def supervise(self, max_restarts: int = 5, window_s: float = 600.0) -> Component:
+        """Restarts a component that exits (as Compose's ``restart:
+        unless-stopped``) while the others keep serving (their health and the
+        gateway's fallback cover the gap). Returns the component that exited
+        more than ``max_restarts`` times within ``window_s`` or could not get
+        ready again: the caller stops the stack then."""
+        restarts: dict[str, deque[float]] = {}
+        while True:
+            component = await self.wait_for_exit()
+            assert component.process is not None
+            code = component.process.returncode
+            recent = restarts.setdefault(component.name, deque())
+            now = time.monotonic()
+            while recent and now - recent[0] > window_s:
+                recent.popleft()
+            if len(recent) >= max_restarts:
+                return component
+            recent.append(now)
+            self.say(
+                f"{component.name:>{self._width}} | exited with code {code}; "
+                f"restarting ({len(recent)} of {max_restarts} in {window_s:.0f}s)"
+            )
+            self._signal(component, signal.SIGKILL)  # children the leader left behind
+            await self._spawn(component)
+            if not await self._ready_again(component):
+                return component
+            self.say(f"{component.name:>{self._width}} | ready again {component.address}".rstrip())
+
+    async def _ready_again(self, component: Component) -> bool:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            assert component.process is not None
+            if component.process.returncode is not None:
+                return False
+            try:
+                if await asyncio.wait_for(component.ready(), 2.0):
+                    return True
+            except (TimeoutError, OSError):
+                pass
+            await asyncio.sleep(0.2)
+        return False
+
     async def stop(self) -> None:
         """SIGTERM in reverse start order, then SIGKILL whatever outlives the grace."""
         running = [

@@ -21,6 +21,13 @@ class RankerSettings(ServiceSettings):
     triton_timeout_s: float = Field(
         0.5, gt=0, description="Cap on one Triton call; the caller's deadline can shorten it."
     )
+    triton_client_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="gRPC deadline of a Triton call: a backstop only, far past "
+        "triton_timeout_s, since Triton 2.51 can crash on cancelled requests "
+        "(Triton's queue timeout drops late ones instead).",
+    )
     health_interval_s: float = Field(0.5, gt=0)
     triton_repository: Path | None = Field(
         None,

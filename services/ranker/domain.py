@@ -27,6 +27,7 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound, U
 from services.ranker.config import RankerSettings
 
 log = logging.getLogger(__name__)
+BACKSTOP_GRACE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,12 @@ def read_versions(settings: RankerSettings, model: str) -> dict[str, int]:
     if not path.exists():
         return {}
     return {artifact: int(number) for number, artifact in json.loads(path.read_text()).items()}
+
+
+def _consume(call: asyncio.Future[object]) -> None:
+    """Reads the outcome of a call nobody may await any more (no warning)."""
+    if not call.cancelled():
+        call.exception()
 
 
 def tensor(name: str, array: np.ndarray) -> InferInput:
@@ -198,18 +205,36 @@ class Ranker:
     ) -> np.ndarray:
         headers: dict[str, str] = {}
         propagate.inject(headers)  # Triton continues the caller's trace
-        try:
-            result = await self.client.infer(
+        # The call is never cancelled from here: Triton 2.51's gRPC frontend
+        # can crash on a request cancelled while it completes (reproduced
+        # under overload; triton-inference-server/server#7368, fixed in
+        # 24.12). Instead Triton drops requests still queued past their
+        # timeout (queue policy, REJECT), and an answer that comes too late
+        # for our caller finishes in the background, unread.
+        call = asyncio.ensure_future(
+            self.client.infer(
                 model,
                 inputs,
                 model_version=str(version),
                 outputs=[InferRequestedOutput(output)],
-                client_timeout=timeout_s,
+                timeout=max(1, int(timeout_s * 1e6)),
+                client_timeout=self.settings.triton_client_timeout_s,
                 headers=headers,
             )
+        )
+        call.add_done_callback(_consume)
+        try:
+            # Triton rejects the request if still queued past its timeout,
+            # and the caller's deadline cancels this handler (not the shielded
+            # call): this wait is a backstop for callers without a deadline,
+            # with room for loop lag, which must not fail a call Triton
+            # answered in time.
+            result = await asyncio.wait_for(asyncio.shield(call), timeout_s + BACKSTOP_GRACE_S)
+        except TimeoutError:
+            raise Unavailable("Triton did not answer within the deadline") from None
         except InferenceServerException as exc:
             status = str(exc.status() or "")
-            if "DEADLINE" in status:
+            if "DEADLINE" in status or "timeout" in str(exc.message() or "").lower():
                 raise Unavailable("Triton did not answer within the deadline") from None
             raise Unavailable(f"Triton {model} inference failed") from exc
         array = result.as_numpy(output)

@@ -221,13 +221,18 @@ async def test_model_reload_under_load_fails_no_request(ranker, catalog, setup, 
     stub, _, _ = ranker
     _, _, second = setup
     users, items = catalog
+    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    versions_seen = []
+    seen: list[tuple[float, str]] = []  # (when the request started, its model version)
     failures = []
+
+    def count(version, since=0.0):
+        return sum(1 for started, v in seen if v == version and started > since)
 
     async def load_loop(seed):
         n = 0
         while not stop.is_set():
+            started = loop.time()
             try:
                 reply = await stub.Score(
                     pb.ScoreRequest(
@@ -236,25 +241,27 @@ async def test_model_reload_under_load_fails_no_request(ranker, catalog, setup, 
                     ),
                     timeout=10,
                 )
-                versions_seen.append(reply.model_version)
+                seen.append((started, reply.model_version))
             except grpc.aio.AioRpcError as exc:
                 failures.append(exc.code())
             n += 1
 
     loops = [asyncio.create_task(load_loop(s)) for s in range(4)]
-    await apoll_until(lambda: asyncio.sleep(0, versions_seen.count(second) >= 5), 30)
+    await apoll_until(lambda: asyncio.sleep(0, count(second) >= 5), 30)
     # Switch to the previous version (a rollback) under load, then forward.
     loaded = await stub.LoadModel(pb.LoadModelRequest(version=built.version))
     assert loaded.model_version == built.version
-    await apoll_until(lambda: asyncio.sleep(0, versions_seen.count(built.version) >= 5), 30)
+    await apoll_until(lambda: asyncio.sleep(0, count(built.version) >= 5), 30)
     forward = await stub.LoadModel(pb.LoadModelRequest(version=second))
+    switched = loop.time()
     assert forward.model_version == second
-    seen_before = len(versions_seen)
-    await apoll_until(lambda: asyncio.sleep(0, len(versions_seen) >= seen_before + 5), 30)
+    await apoll_until(lambda: asyncio.sleep(0, count(second, since=switched) >= 5), 30)
     stop.set()
     await asyncio.gather(*loops)
     assert failures == []
-    assert versions_seen[-1] == second
+    # Requests in flight during a switch finish on the version they pinned;
+    # every request that started after it names the new one.
+    assert {v for started, v in seen if started > switched} == {second}
     info = await stub.GetModelInfo(pb.GetModelInfoRequest())
     assert {m.version for m in info.models} >= {second, built.version}
 
