@@ -346,9 +346,45 @@ def cpu(
     assert isinstance(per_request, dict)
     for name, ms in per_request.items():
         table.add_row(name, f"{ms:.2f}")
-    table.add_row("total", f"{result['total_cpu_ms_per_request']:.2f}")
+    table.add_row(
+        "total (stack, without the load generator)", f"{result['total_cpu_ms_per_request']:.2f}"
+    )
     console.print(table)
     write(out, {"benchmark": "cpu_per_request", **result})
+
+
+@app.command()
+def hop(
+    data_dir: Annotated[Path, typer.Option(help="A data dir with built artifacts.")] = Path("data"),
+    service: Annotated[str, typer.Option(help="Whose health check to call.")] = "features",
+    address: str = "127.0.0.1:50052",
+    triton_url: str = "127.0.0.1:8001",
+    calls: int = 4000,
+    out: Path | None = None,
+) -> None:
+    """CPU floor of one gRPC hop and one Triton call, against the running stack."""
+    from recserve_model import artifacts
+    from recserve_model.encoding import EncodingSpec
+
+    from bench.hop_cost import run as run_hop
+
+    spec = EncodingSpec.load(artifacts.current(data_dir) / "encoding.json")
+    result = run_hop(address, service, triton_url, spec.user_dim, calls)
+    table = Table(title=f"CPU per call that does no work ({calls:,} calls, 8 at a time)")
+    for column in ("hop", "server us", "client us", "total us", "calls/s"):
+        table.add_column(column, justify="left" if column == "hop" else "right")
+    for name in ("service_hop", "triton_hop"):
+        row = result[name]
+        assert isinstance(row, dict)
+        table.add_row(
+            name, *(str(row[k]) for k in ("server_us", "client_us", "total_us", "calls_per_s"))
+        )
+    console.print(table)
+    console.print(
+        f"floor per Recommend (5 service calls + 2 Triton calls): "
+        f"{result['floor_cpu_ms_per_recommend']} ms of CPU"
+    )
+    write(out, {"benchmark": "hop_cost", **result})
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The product as users meet it: through Envoy, against the real stack."""
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_stack.settings import StackSettings
 from tests.helpers import poll_until
 
 REASON = pb.DegradedReason.Name
@@ -194,6 +196,45 @@ def test_a_request_that_queued_too_long_is_shed_and_clients_cannot_forge_it(stac
     assert REASON(reply.degraded_reason) != "DEGRADED_REASON_SHED"
 
 
+def gateway_metric(stack, name):
+    base = int(stack.env["RECSERVE_STACK_METRICS_BASE_PORT"])
+    port = StackSettings(metrics_base_port=base).metrics_port("gateway")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+async def burst(address, size):
+    async with grpc.aio.insecure_channel(address) as channel:
+        direct = recommend_pb2_grpc.RecommendServiceStub(channel)
+        calls = [
+            direct.Recommend(pb.RecommendRequest(user_id=str(1 + n), k=10), timeout=5)
+            for n in range(size)
+        ]
+        return await asyncio.gather(*calls)
+
+
+def test_overload_is_shed_at_the_door_by_an_adaptive_bound(stack, stub):
+    """A hung retriever holds every admitted request for its stage deadline
+    and ends it with RETRIEVER_TIMEOUT, a sign of overload: the gateway's
+    bound on requests in flight falls, and bursts past it are answered at
+    once from the fallback (SHED). Nothing fails; every answer is whole."""
+    full_answer(stub)
+    reasons = []
+    with frozen(stack, "services.retriever"):
+        for _ in range(30):  # the bound falls by 10% at most once per 50 ms
+            replies = asyncio.run(burst(f"127.0.0.1:{stack.port('gateway')}", 32))
+            assert all(r.degraded and len(r.items) == 10 for r in replies)
+            reasons += [REASON(r.degraded_reason) for r in replies]
+        limit = gateway_metric(stack, "recserve_gateway_concurrency_limit")
+    assert "DEGRADED_REASON_SHED" in reasons
+    assert "DEGRADED_REASON_RETRIEVER_TIMEOUT" in reasons
+    assert 2 <= limit < 32  # learned, within [min_in_flight, a burst]
+    assert not full_answer(stub).degraded  # and full answers once it is back
+
+
 def test_admin_calls_need_a_token_and_soft_delete_applies(stack, stub):
     channel = grpc.insecure_channel(stack.envoy_address)
     retriever = retriever_pb2_grpc.RetrieverServiceStub(channel)
@@ -216,3 +257,25 @@ def test_admin_calls_need_a_token_and_soft_delete_applies(stack, stub):
     assert reply.deleted == 1
     assert target not in {i.item_id for i in full_answer(stub, "42").items}
     channel.close()
+
+
+def test_a_crashed_triton_is_restarted_and_full_answers_return(stack, stub):
+    """The runner restarts a component that dies (Compose: restart
+    unless-stopped); meanwhile the gateway answers from the fallback."""
+    full_answer(stub)
+    os.kill(component_pid(stack, "bin/tritonserver"), signal.SIGKILL)
+    reply = stub.Recommend(pb.RecommendRequest(user_id="42", k=10), timeout=2)
+    assert len(reply.items) == 10  # an answer while Triton is away
+    poll_until(
+        lambda: "triton | ready again" in stack.output(), 180, 0.5, "Triton restarted and ready"
+    )
+    assert "triton | exited with code -9; restarting (1 of 5" in stack.output()
+    reply = poll_until(
+        lambda: (lambda r: r if not r.degraded else None)(
+            stub.Recommend(pb.RecommendRequest(user_id="42", k=10), timeout=2)
+        ),
+        60,
+        0.5,
+        "full answers after the restart",
+    )
+    assert reply.model_version and stack.process.returncode is None

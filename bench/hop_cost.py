@@ -1,0 +1,104 @@
+"""The CPU floor of one hop: what a call costs when it does no work.
+
+Against a running stack: a gRPC health check on a service (the kit's server
+with its interceptors, as every RPC of ours pays) and a one-row inference
+of the user tower through Triton's python backend (the cheapest model call
+the ranker makes). CPU of the server side (psutil) and of this process as
+the client, divided by the calls. Recommend makes five service calls and
+two Triton calls, so these floors bound what any amount of work inside the
+services could save.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import grpc
+import numpy as np
+import psutil
+import tritonclient.grpc.aio as triton_aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from recserve_model.encoding import HISTORY_LEN
+from tritonclient.grpc import InferInput
+
+from bench.cpu_profile import cpu_seconds, stack_processes
+
+CONCURRENCY = 8
+SERVICE_CALLS_PER_RECOMMEND = 5  # user features, embed, search, item features, score
+TRITON_CALLS_PER_RECOMMEND = 2  # user tower, ranker
+
+
+async def _measure(
+    call: Callable[[int], Awaitable[object]], servers: list[psutil.Process], calls: int
+) -> dict[str, float]:
+    for i in range(100):  # warm the channel and the server's code paths
+        await call(i)
+    me = [psutil.Process()]
+    server_before, client_before = cpu_seconds(servers), cpu_seconds(me)
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await call(i)
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.gather(*(one(i) for i in range(calls)))
+    elapsed = loop.time() - started
+    server_us = 1e6 * (cpu_seconds(servers) - server_before) / calls
+    client_us = 1e6 * (cpu_seconds(me) - client_before) / calls
+    return {
+        "server_us": round(server_us),
+        "client_us": round(client_us),
+        "total_us": round(server_us + client_us),
+        "calls_per_s": round(calls / elapsed),
+    }
+
+
+async def service_hop(address: str, servers: list[psutil.Process], calls: int) -> dict[str, float]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest(service="")
+        return await _measure(lambda _: health.Check(request, timeout=2), servers, calls)
+
+
+async def triton_hop(
+    url: str, user_dim: int, servers: list[psutil.Process], calls: int
+) -> dict[str, float]:
+    inputs = [
+        InferInput("user_features", [1, user_dim], "FP32"),
+        InferInput("history", [1, HISTORY_LEN], "INT64"),
+    ]
+    inputs[0].set_data_from_numpy(np.zeros((1, user_dim), np.float32))
+    inputs[1].set_data_from_numpy(np.zeros((1, HISTORY_LEN), np.int64))
+    async with triton_aio.InferenceServerClient(url) as client:
+        return await _measure(lambda _: client.infer("user_tower", inputs), servers, calls)
+
+
+def run(
+    service_address: str, service: str, triton_url: str, user_dim: int, calls: int
+) -> dict[str, object]:
+    processes = stack_processes()
+    if not processes.get(service) or not processes.get("tritonserver"):
+        raise SystemExit(f"{service} and Triton must be running (start the stack first)")
+    hop = asyncio.run(service_hop(service_address, processes[service], calls))
+    triton = asyncio.run(
+        triton_hop(
+            triton_url,
+            user_dim,
+            processes["tritonserver"] + processes["triton python stubs"],
+            calls,
+        )
+    )
+    floor_ms = (
+        SERVICE_CALLS_PER_RECOMMEND * hop["total_us"]
+        + TRITON_CALLS_PER_RECOMMEND * triton["total_us"]
+    ) / 1000
+    return {
+        "calls": calls,
+        "concurrency": CONCURRENCY,
+        "service_hop": {"service": service, **hop},
+        "triton_hop": triton,
+        "floor_cpu_ms_per_recommend": round(floor_ms, 2),
+    }
