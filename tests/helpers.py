@@ -1,4 +1,5 @@
-"""Test helpers: free ports and polling on a condition instead of sleeping."""
+"""Test helpers: free ports, polling on a condition instead of sleeping,
+and a full (not degraded) Recommend answer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from recserve.recommend.v1 import recommend_pb2
 
 T = TypeVar("T")
 
@@ -77,3 +80,17 @@ def user_message(row):
         mean_rating=float(row.mean_rating),
         recent_item_ids=list(row.recent_item_ids),
     )
+
+
+def full_answer(
+    stub: Any, user_id: str = "42", k: int = 20, timeout_s: float = 30.0, **fields: Any
+) -> recommend_pb2.RecommendResponse:
+    """Recommend, retried until the answer is not degraded (the stack may be
+    starting or recovering)."""
+
+    def attempt() -> recommend_pb2.RecommendResponse | None:
+        request = recommend_pb2.RecommendRequest(user_id=user_id, k=k, **fields)
+        reply = stub.Recommend(request, timeout=2)
+        return reply if not reply.degraded else None
+
+    return poll_until(attempt, timeout_s, 0.2, "a full (not degraded) answer")

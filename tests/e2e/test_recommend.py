@@ -17,7 +17,7 @@ from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_stack.settings import StackSettings
-from tests.helpers import poll_until
+from tests.helpers import full_answer, poll_until
 
 REASON = pb.DegradedReason.Name
 
@@ -33,16 +33,6 @@ def stub(stack):
 def history(built):
     activity = pd.read_parquet(built.directory / "features" / "user_activity.parquet")
     return dict(zip(activity["user_id"], activity["seen_item_ids"], strict=True))
-
-
-def full_answer(stub, user_id="42", **kwargs):
-    """Retries until the answer is not degraded (the stack may be recovering)."""
-
-    def attempt():
-        reply = stub.Recommend(pb.RecommendRequest(user_id=user_id, k=20, **kwargs), timeout=2)
-        return reply if not reply.degraded else None
-
-    return poll_until(attempt, 30, 0.2, "a full (not degraded) answer")
 
 
 def test_recommendations_are_valid_sorted_unseen_and_filtered(stub, history, built):
@@ -270,12 +260,5 @@ def test_a_crashed_triton_is_restarted_and_full_answers_return(stack, stub):
         lambda: "triton | ready again" in stack.output(), 180, 0.5, "Triton restarted and ready"
     )
     assert "triton | exited with code -9; restarting (1 of 5" in stack.output()
-    reply = poll_until(
-        lambda: (lambda r: r if not r.degraded else None)(
-            stub.Recommend(pb.RecommendRequest(user_id="42", k=10), timeout=2)
-        ),
-        60,
-        0.5,
-        "full answers after the restart",
-    )
+    reply = full_answer(stub, timeout_s=60)
     assert reply.model_version and stack.process.returncode is None

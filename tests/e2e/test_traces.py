@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
-from tests.helpers import data_dir_with_artifacts, free_port, poll_until
+from tests.helpers import data_dir_with_artifacts, free_port, full_answer, poll_until
 from tests.stack import running_stack
 
 EXPECTED_EDGES = {
@@ -129,14 +128,7 @@ def test_one_request_is_one_trace_across_every_component(built, tmp_path):
         with running_stack(data_dir, **otel) as stack:
             with grpc.insecure_channel(stack.envoy_address) as channel:
                 stub = recommend_pb2_grpc.RecommendServiceStub(channel)
-                reply = poll_until(
-                    lambda: (lambda r: r if not r.degraded else None)(
-                        stub.Recommend(pb.RecommendRequest(user_id="42", k=10), timeout=2)
-                    ),
-                    30,
-                    0.2,
-                    "a full answer",
-                )
+                reply = full_answer(stub, k=10)
             assert reply.items
 
             def trace_of_full_request():

@@ -47,21 +47,23 @@ def test_stage_timeouts_lower_it_but_a_dependency_that_is_down_does_not():
     assert bound.limit == pytest.approx(64 * 0.9)
 
 
+def slow_requests(bound: AdaptiveLimit, clock: Clock, count: int) -> None:
+    for _ in range(count):
+        clock.now += 1
+        bound.record(1.0, "", in_flight=1)
+
+
 def test_never_below_the_minimum():
     clock = Clock()
     bound = limit(clock)
-    for _ in range(200):
-        clock.now += 1
-        bound.record(1.0, "", in_flight=1)
+    slow_requests(bound, clock, 200)
     assert bound.current == 2 and bound.admits(1) and not bound.admits(2)
 
 
 def test_on_time_requests_raise_it_only_while_it_is_in_use():
     clock = Clock()
     bound = limit(clock)
-    for _ in range(40):
-        clock.now += 1
-        bound.record(1.0, "", in_flight=1)
+    slow_requests(bound, clock, 40)
     assert bound.current == 2
     bound.record(0.01, "", in_flight=1)  # 1 of 2 in use: counts as in use
     assert bound.limit == pytest.approx(2.5)
