@@ -83,9 +83,8 @@ def batching_repository(
     names = [f"{model}_nobatch"]
     off = target / names[0]
     shutil.copytree(target / model, off)
-    config = base.replace(f'name: "{model}"', f'name: "{names[0]}"')
-    config = "\n".join(line for line in config.splitlines() if "dynamic_batching" not in line)
-    (off / "config.pbtxt").write_text(config + "\n")
+    config = cpu_config(source, batching=False)
+    (off / "config.pbtxt").write_text(config.replace(f'name: "{model}"', f'name: "{names[0]}"'))
     for delay in delays:
         name = f"{model}_q{delay}"
         shutil.copytree(target / model, target / name)

@@ -104,13 +104,14 @@ def dynamic_batching(queue_delay_us: int) -> str:
     )
 
 
-def cpu_config(model: ModelSpec) -> str:
+def cpu_config(model: ModelSpec, batching: bool = True) -> str:
+    """The CPU configuration; ``batching=False`` only for benchmarks (off vs on)."""
     return (
         f'name: "{model.name}"\nbackend: "python"\nmax_batch_size: {model.max_batch_size}\n'
         + _tensors("input", model.inputs)
         + _tensors("output", model.outputs)
         + "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
-        + dynamic_batching(model.cpu_queue_delay_us)
+        + (dynamic_batching(model.cpu_queue_delay_us) if batching else "")
         + "version_policy: { latest: { num_versions: 2 } }\n"
         + 'parameters { key: "intra_op_threads" value { string_value: "2" } }\n'
     )

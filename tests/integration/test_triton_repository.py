@@ -105,3 +105,25 @@ def test_repository_has_cpu_and_gpu_configs(built):
         assert 'backend: "python"' in cpu and "KIND_CPU" in cpu
         assert 'backend: "onnxruntime"' in gpu and "KIND_GPU" in gpu and "FP16" in gpu
         assert "max_queue_delay_microseconds" in cpu and "max_queue_delay_microseconds" in gpu
+
+
+def test_every_generated_config_parses_as_a_triton_model_config(built, tmp_path):
+    """Triton's own ModelConfig schema, for the served configs (CPU and GPU)
+    and the benchmark's batching-off and per-window variants."""
+    from google.protobuf import text_format
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from bench.ranker_bench import batching_repository
+
+    served = built.directory.parents[1] / "triton" / "repository"
+    for model in MODELS:
+        for path in (served / model / "config.pbtxt", served / model / "configs" / "gpu.pbtxt"):
+            config = text_format.Parse(path.read_text(), ModelConfig())
+            assert config.name == model
+            policy = config.dynamic_batching.default_queue_policy
+            assert policy.allow_timeout_override  # the ranker's deadline reaches Triton
+    names = batching_repository(built.directory, tmp_path, built.version, "user_tower", (250,))
+    for name in names:
+        config = text_format.Parse((tmp_path / name / "config.pbtxt").read_text(), ModelConfig())
+        assert config.name == name
+        assert config.HasField("dynamic_batching") == (name != "user_tower_nobatch")
