@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
+import shutil
 import signal
 import sys
 import time
@@ -24,13 +24,12 @@ from typing import TextIO
 
 ReadyCheck = Callable[[], Awaitable[bool]]
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _child_setup() -> None:
-    os.setsid()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+# The kernel signals each component if the runner dies (PR_SET_PDEATHSIG),
+# set by util-linux's setpriv just before it execs the component. Not a
+# preexec_fn: Python code between fork and exec can deadlock the runner when
+# another of its threads holds a lock at fork time (it did: a stack hung
+# spawning its last component, and its services outlived the test).
+_PDEATHSIG = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
 
 
 @dataclass
@@ -117,13 +116,14 @@ class Runner:
 
     async def _spawn(self, component: Component) -> None:
         component.process = await asyncio.create_subprocess_exec(
+            *_PDEATHSIG,
             *component.argv,
             env=component.env,
             cwd=component.cwd,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=_child_setup,
+            start_new_session=True,  # its own process group, reached by stop()
         )
         self._pumps.append(asyncio.create_task(self._pump(component)))
 

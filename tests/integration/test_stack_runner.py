@@ -91,6 +91,25 @@ def test_runner_stops_cleanly_on_sigterm_before_ready(tmp_path, built):
     )
 
 
+def test_components_die_with_a_killed_runner(tmp_path, built):
+    """SIGKILL gives the runner no chance to stop anything: the kernel's
+    parent-death signal (setpriv --pdeathsig) must end every component."""
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+    stack = start_stack(data_dir)
+    try:
+        poll_until(lambda: len(stack.descendants()) >= 3, 60, 0.05, "components to spawn")
+        children = stack.descendants()
+    finally:
+        stack.process.kill()
+        stack.process.wait()
+    poll_until(
+        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in children),
+        30,
+        0.1,
+        "every component process to exit",
+    )
+
+
 def test_wait_ready_helper_reports_early_exit(tmp_path):
     stack = start_stack(tmp_path, RECSERVE_STACK_GATEWAY_PORT="0x")
     try:
