@@ -25,8 +25,13 @@ class RankerSettings(ServiceSettings):
         10.0,
         gt=0,
         description="gRPC deadline of a Triton call: a backstop only, far past "
-        "triton_timeout_s, since Triton 2.51 can crash on cancelled requests "
-        "(Triton's queue timeout drops late ones instead).",
+        "triton_timeout_s, since Triton 2.51 can crash on cancelled requests.",
+    )
+    max_abandoned_calls: int = Field(
+        64,
+        ge=1,
+        description="Triton calls that finished too late for their caller but still run; "
+        "past this many, new calls fail at once (UNAVAILABLE) until Triton catches up.",
     )
     health_interval_s: float = Field(0.5, gt=0)
     triton_repository: Path | None = Field(

@@ -92,6 +92,10 @@ class Ranker:
         )
         self.loaded: Loaded | None = None
         self._load_lock = asyncio.Lock()
+        self.abandoned = 0  # Triton calls still running that nobody waits for
+
+    def _late_call_done(self, _: asyncio.Future[object]) -> None:
+        self.abandoned -= 1
 
     # -- model versions --------------------------------------------------------
 
@@ -208,29 +212,33 @@ class Ranker:
         # The call is never cancelled from here: Triton 2.51's gRPC frontend
         # can crash on a request cancelled while it completes (reproduced
         # under overload; triton-inference-server/server#7368, fixed in
-        # 24.12). Instead Triton drops requests still queued past their
-        # timeout (queue policy, REJECT), and an answer that comes too late
-        # for our caller finishes in the background, unread.
+        # 24.12). An answer that comes too late for our caller finishes in
+        # the background, unread; past max_abandoned_calls of those, new
+        # calls fail at once, so an overloaded Triton's backlog is bounded.
+        if self.abandoned >= self.settings.max_abandoned_calls:
+            raise Unavailable("Triton is behind: too many late calls still running")
         call = asyncio.ensure_future(
             self.client.infer(
                 model,
                 inputs,
                 model_version=str(version),
                 outputs=[InferRequestedOutput(output)],
-                timeout=max(1, int(timeout_s * 1e6)),
                 client_timeout=self.settings.triton_client_timeout_s,
                 headers=headers,
             )
         )
         call.add_done_callback(_consume)
         try:
-            # Triton rejects the request if still queued past its timeout,
-            # and the caller's deadline cancels this handler (not the shielded
-            # call): this wait is a backstop for callers without a deadline,
-            # with room for loop lag, which must not fail a call Triton
-            # answered in time.
+            # The caller's deadline cancels this handler (not the shielded
+            # call); this wait bounds Triton's share, with room for loop lag,
+            # which must not fail a call Triton answered in time.
             result = await asyncio.wait_for(asyncio.shield(call), timeout_s + BACKSTOP_GRACE_S)
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError) as stopped:
+            if not call.done():
+                self.abandoned += 1
+                call.add_done_callback(self._late_call_done)
+            if isinstance(stopped, asyncio.CancelledError):
+                raise
             raise Unavailable("Triton did not answer within the deadline") from None
         except InferenceServerException as exc:
             status = str(exc.status() or "")

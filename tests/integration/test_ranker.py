@@ -3,7 +3,9 @@ concurrent requests are batched, a reload under load drops nothing, input
 limits hold, and health follows Triton."""
 
 import asyncio
+import os
 import shutil
+import signal
 
 import grpc
 import numpy as np
@@ -300,3 +302,38 @@ async def test_not_serving_while_triton_is_down(setup, tmp_path):
         await service.stop(0)
     finally:
         server.stop()
+
+
+async def test_late_triton_calls_run_on_and_their_number_is_bounded(setup, triton, catalog):
+    """A call past its deadline is not cancelled (Triton 2.51 can crash on
+    that): it finishes in the background. Past max_abandoned_calls of those,
+    new calls fail at once until Triton catches up."""
+    from recserve_kit.errors import Unavailable
+    from services.ranker.domain import Ranker
+    from services.ranker.servicer import to_user
+
+    root, repository, _ = setup
+    users, _ = catalog
+    settings = RankerSettings(
+        data_dir=root,
+        triton_url=triton.grpc_url,
+        triton_repository=repository,
+        max_abandoned_calls=3,
+    )
+    ranker = Ranker(settings)
+    await apoll_until(ranker.models_ready, 60)
+    user = to_user(user_message(users.iloc[0]))
+    os.kill(triton.process.pid, signal.SIGSTOP)  # a hung Triton
+    try:
+        for _ in range(3):
+            with pytest.raises(Unavailable, match="deadline"):
+                await ranker.embed_user(user, 0.05)
+        assert ranker.abandoned == 3
+        with pytest.raises(Unavailable, match="behind"):
+            await ranker.embed_user(user, 0.05)
+    finally:
+        os.kill(triton.process.pid, signal.SIGCONT)
+    await apoll_until(lambda: asyncio.sleep(0, ranker.abandoned == 0), 30)
+    vector, _ = await ranker.embed_user(user, 5.0)
+    assert vector.shape == (64,) and triton.process.poll() is None
+    await ranker.close()
