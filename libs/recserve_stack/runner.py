@@ -25,11 +25,19 @@ from typing import TextIO
 ReadyCheck = Callable[[], Awaitable[bool]]
 
 # The kernel signals each component if the runner dies (PR_SET_PDEATHSIG),
-# set by util-linux's setpriv just before it execs the component. Not a
+# set by util-linux's setpriv before the component is exec'd. Not a
 # preexec_fn: Python code between fork and exec can deadlock the runner when
 # another of its threads holds a lock at fork time (it did: a stack hung
-# spawning its last component, and its services outlived the test).
-_PDEATHSIG = ["setpriv", "--pdeathsig", "TERM", "--"] if shutil.which("setpriv") else []
+# spawning its last component, and its services outlived the test). The sh
+# step closes the remaining race: a runner that died before the signal was
+# armed is no longer the parent, and the component is not started.
+_WATCH_PARENT = '[ "$PPID" = "$RECSERVE_RUNNER_PID" ] || exit 70; exec "$@"'
+
+
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    if not shutil.which("setpriv"):
+        return argv
+    return ["setpriv", "--pdeathsig", "TERM", "--", "sh", "-c", _WATCH_PARENT, "sh", *argv]
 
 
 @dataclass
@@ -115,10 +123,11 @@ class Runner:
             )
 
     async def _spawn(self, component: Component) -> None:
+        env = dict(component.env if component.env is not None else os.environ)
+        env["RECSERVE_RUNNER_PID"] = str(os.getpid())
         component.process = await asyncio.create_subprocess_exec(
-            *_PDEATHSIG,
-            *component.argv,
-            env=component.env,
+            *_with_parent_death_signal(component.argv),
+            env=env,
             cwd=component.cwd,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
