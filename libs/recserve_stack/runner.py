@@ -100,11 +100,7 @@ class Runner:
                         continue
                     await self._spawn(component)
                 self._raise_if_exited(component)
-                try:
-                    ready = await asyncio.wait_for(component.ready(), 2.0)
-                except (TimeoutError, OSError):
-                    ready = False
-                if ready:
+                if await self._probe(component):
                     self.say(f"{name:>{self._width}} | ready {component.address}".rstrip())
                     del pending[name]
             if pending and time.monotonic() > deadline:
@@ -189,13 +185,18 @@ class Runner:
             assert component.process is not None
             if component.process.returncode is not None:
                 return False
-            try:
-                if await asyncio.wait_for(component.ready(), 2.0):
-                    return True
-            except (TimeoutError, OSError):
-                pass
+            if await self._probe(component):
+                return True
             await asyncio.sleep(0.2)
         return False
+
+    @staticmethod
+    async def _probe(component: Component) -> bool:
+        """One readiness check, at most 2 s; an unreachable component is not ready."""
+        try:
+            return await asyncio.wait_for(component.ready(), 2.0)
+        except (TimeoutError, OSError):
+            return False
 
     async def stop(self) -> None:
         """SIGTERM in reverse start order, then SIGKILL whatever outlives the grace."""
