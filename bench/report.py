@@ -21,7 +21,7 @@ REQUEST_SPANS = (
     "/recserve.recommend.v1.RecommendService/Recommend",
     "/recserve.recommend.v1.RecommendService/SimilarItems",
 )
-STAGES = ("features", "embed", "retrieve", "item_features", "rank")
+STAGES = ("features", "embed", "retrieve", "rank")
 
 
 @dataclass
@@ -98,7 +98,6 @@ def default_budgets() -> dict[str, float]:
         "features": s.features_ms,
         "embed": s.embed_ms,
         "retrieve": s.retrieve_ms,
-        "item_features": s.item_features_ms,
         "rank": s.rank_ms,
     }
 

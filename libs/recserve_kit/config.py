@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATA_DIR = Path("data")
@@ -42,6 +42,12 @@ class ServiceSettings(BaseSettings):
         description="NOT_SERVING is reported this long before new calls are refused, "
         "so health-checking load balancers (Envoy checks every 1 s) stop routing first.",
     )
+
+    @field_validator("data_dir")
+    @classmethod
+    def absolute_data_dir(cls, value: Path) -> Path:
+        # Feast resolves store paths against its repo dir: relative ones break.
+        return value.resolve()
 
 
 class ConfigError(SystemExit):

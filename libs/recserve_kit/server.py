@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,22 +19,14 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import Histogram
 
 from recserve_kit.config import ServiceSettings
-from recserve_kit.errors import RecserveError
 from recserve_kit.health import DependencyProbe, HealthStatus
 from recserve_kit.logs import setup_logging
+from recserve_kit.rpc import RPC_DURATION, InstrumentedServicer  # noqa: F401  (re-exported)
 from recserve_kit.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
-
-RPC_DURATION = Histogram(
-    "recserve_rpc_server_duration_seconds",
-    "Server-side duration of unary RPCs.",
-    ["service", "method", "code"],
-    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.5, 1.0, 5.0),
-)
 
 
 @dataclass(frozen=True)
@@ -97,53 +88,6 @@ class Service:
             await cleanup()
 
 
-class ErrorMappingInterceptor(grpc.aio.ServerInterceptor):
-    """Maps domain errors to statuses and records RPC latency by method and code."""
-
-    def __init__(self, service: str) -> None:
-        self.service = service
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        inner = handler.unary_unary
-        method = handler_call_details.method.rsplit("/", 1)[-1]
-
-        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            started = time.perf_counter()
-            code = grpc.StatusCode.OK
-            try:
-                return await inner(request, context)
-            except RecserveError as exc:
-                code = exc.code
-                await context.abort(exc.code, exc.message)
-            except NotImplementedError:
-                code = grpc.StatusCode.UNIMPLEMENTED
-                await context.abort(code, f"{method} is not implemented yet")
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                code = context.code() or grpc.StatusCode.CANCELLED
-                raise
-            except Exception:
-                code = grpc.StatusCode.INTERNAL
-                log.exception("unhandled error in %s", method)
-                await context.abort(code, "internal error; see the server log for this trace id")
-            finally:
-                RPC_DURATION.labels(self.service, method, code.name).observe(
-                    time.perf_counter() - started
-                )
-
-        return grpc.unary_unary_rpc_method_handler(
-            unary,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-
-
 def build_server(
     name: str,
     settings: ServiceSettings,
@@ -151,13 +95,13 @@ def build_server(
     probes: Sequence[DependencyProbe] = (),
     options: Sequence[tuple[str, Any]] = (),
 ) -> Service:
-    """An unstarted server with health, reflection and error mapping."""
-    server = grpc.aio.server(
-        interceptors=[ErrorMappingInterceptor(name)],
-        options=[("grpc.so_reuseport", 0), *options],
-    )
+    """An unstarted server with health, reflection, error mapping, spans and metrics."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *options])
     for registration in registrations:
-        registration.add_to_server(registration.servicer, server)
+        # Our servicers get one wrapper per method (errors, span, metric);
+        # health and reflection stay bare: probes need no span.
+        wrapped = InstrumentedServicer(registration.servicer, registration.full_name, name)
+        registration.add_to_server(wrapped, server)
     names = [r.full_name for r in registrations]
     health_status = HealthStatus(
         names,

@@ -3,7 +3,8 @@
 With OTEL_EXPORTER_OTLP_ENDPOINT set, spans go over OTLP/gRPC. Without it they
 are written as OTLP JSON lines (one ExportTraceServiceRequest per line, the
 format of the Collector's file exporter) under ``<data_dir>/traces/``, so a
-laptop run still leaves traces the latency report can read. Sampling follows
+laptop run still leaves traces the latency report can read. Spans of our
+RPCs come from ``recserve_kit.rpc`` (server) and the callers' stage spans. Sampling follows
 OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG as the SDK defines them.
 """
 
@@ -18,10 +19,6 @@ from pathlib import Path
 from google.protobuf.json_format import MessageToJson
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.instrumentation.grpc import (
-    GrpcAioInstrumentorClient,
-    GrpcAioInstrumentorServer,
-)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -56,13 +53,9 @@ class Telemetry:
         self.provider.shutdown()
 
 
-_instrumented = False
-
-
 def setup_telemetry(
     service: str, data_dir: Path, metrics_port: int = 0, metrics_host: str = "127.0.0.1"
 ) -> Telemetry:
-    global _instrumented
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -74,12 +67,9 @@ def setup_telemetry(
         exporter = OtlpJsonFileExporter(data_dir / "traces" / f"{service}.jsonl")
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    if not _instrumented:
-        # Patches grpc.aio server and channel construction, so it must run
-        # before either is created.
-        GrpcAioInstrumentorServer().instrument(tracer_provider=provider)
-        GrpcAioInstrumentorClient().instrument(tracer_provider=provider)
-        _instrumented = True
+    # No grpc instrumentation patches: the kit's servers open their own
+    # server spans (recserve_kit.rpc) and callers pass the context on
+    # (recserve_kit.tracing), which costs a fraction of the interceptors.
     if metrics_port:
         start_http_server(metrics_port, addr=metrics_host)
     return Telemetry(provider)

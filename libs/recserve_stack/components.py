@@ -24,13 +24,14 @@ def service_environment(settings: StackSettings) -> dict[str, str]:
         env[prefix + "METRICS_PORT"] = str(settings.metrics_port(name))
         env[prefix + "DATA_DIR"] = str(settings.data_dir)
     env["RECSERVE_RANKER_TRITON_URL"] = f"{host}:{settings.triton_grpc_port}"
+    env["RECSERVE_RANKER_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
     env["RECSERVE_GATEWAY_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
     env["RECSERVE_GATEWAY_RETRIEVER_ADDR"] = f"{host}:{settings.retriever_port}"
     env["RECSERVE_GATEWAY_RANKER_ADDR"] = f"{host}:{settings.ranker_port}"
     return env
 
 
-AFTER = {"ranker": ("triton",), "gateway": ("features", "retriever", "ranker")}
+AFTER = {"ranker": ("triton", "features"), "gateway": ("features", "retriever", "ranker")}
 
 
 def service_component(settings: StackSettings, name: str, env: dict[str, str]) -> Component:

@@ -40,9 +40,10 @@ def catalogue(settings: FeaturesSettings) -> list[str]:
 async def create_server(settings: FeaturesSettings) -> Service:
     store = await asyncio.to_thread(ensure_published, settings)
     features = Features(store, settings)
-    await asyncio.to_thread(features.preload, catalogue(settings))
     feast_dir = settings.data_dir / "feast"
     served = {"version": published_version(feast_dir, settings.redis_url)}
+    records = await asyncio.to_thread(features.read_catalogue, catalogue(settings))
+    features.publish_catalogue(records, served["version"] or "")
 
     async def online_store_answers() -> bool:
         await features.user("__health__")
@@ -73,7 +74,8 @@ async def create_server(settings: FeaturesSettings) -> Service:
             version = published_version(feast_dir, settings.redis_url)
             if version != served["version"]:
                 features.invalidate_items()
-                await asyncio.to_thread(features.preload, catalogue(settings))
+                records = await asyncio.to_thread(features.read_catalogue, catalogue(settings))
+                features.publish_catalogue(records, version or "")
                 served["version"] = version
                 log.info("serving features of %s", version)
 

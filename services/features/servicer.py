@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC
 
 import grpc
@@ -39,6 +40,9 @@ def item_message(record: ItemRecord) -> pb.ItemFeatures:
     )
 
 
+WATCH_CHUNK = 1000  # items per message of a full listing (messages stay far below 4 MB)
+
+
 class FeaturesServicer(features_pb2_grpc.FeatureServiceServicer):
     def __init__(self, features: Features) -> None:
         self.features = features
@@ -64,3 +68,20 @@ class FeaturesServicer(features_pb2_grpc.FeatureServiceServicer):
             for e in request.events
         ]
         return pb.PushUserEventsResponse(accepted=await self.features.push(events))
+
+    async def WatchItemFeatures(
+        self, request: pb.WatchItemFeaturesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ItemFeaturesUpdate]:
+        async for listing in self.features.catalogue.watch():
+            messages = [item_message(r) for r in listing.records]
+            if not listing.reset:
+                yield pb.ItemFeaturesUpdate(items=messages, version=listing.version)
+                continue
+            starts = range(0, max(len(messages), 1), WATCH_CHUNK)
+            for n, start in enumerate(starts):
+                yield pb.ItemFeaturesUpdate(
+                    reset=n == 0,
+                    items=messages[start : start + WATCH_CHUNK],
+                    synced=n == len(starts) - 1,
+                    version=listing.version,
+                )

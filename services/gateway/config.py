@@ -22,7 +22,6 @@ class GatewaySettings(ServiceSettings):
     features_ms: float = Field(15.0, gt=0)
     embed_ms: float = Field(15.0, gt=0)
     retrieve_ms: float = Field(15.0, gt=0)
-    item_features_ms: float = Field(15.0, gt=0)
     rank_ms: float = Field(30.0, gt=0)
     min_stage_ms: float = Field(
         1.0, gt=0, description="Below this much budget a stage is not attempted: fallback."
@@ -64,7 +63,6 @@ class GatewaySettings(ServiceSettings):
             self.features_ms
             + self.embed_ms
             + self.retrieve_ms
-            + self.item_features_ms
             + self.rank_ms
         )
         if total > self.budget_ms * 1.5:

@@ -1,5 +1,10 @@
 """The gateway's request path: features -> user embedding -> retrieval ->
-item features -> ranking -> top-k, inside a latency budget.
+ranking -> top-k, inside a latency budget.
+
+Internal calls carry columns, not messages: the user vector and scores as
+float32 bytes, candidates as an id list. The ranker gathers candidates' item
+features from its own live table; titles and categories come from the
+gateway's live copy of the catalogue, for the k items returned only.
 
 Every stage gets the smaller of its own cap and what remains of the budget
 (itself the smaller of the configured budget and the caller's deadline). A
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import grpc
+import numpy as np
 from opentelemetry import trace
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -32,7 +38,9 @@ from recserve.retriever.v1 import retriever_pb2 as qpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit import attributes as attr
 from recserve_kit.errors import InvalidArgument, NotFound
+from recserve_kit.tracing import outbound_metadata
 from services.gateway.config import GatewaySettings
+from services.gateway.descriptions import ItemDescriptions
 from services.gateway.fallback import PopularItems
 from services.gateway.limiter import AdaptiveLimit
 
@@ -50,7 +58,11 @@ STAGE_SECONDS = Histogram(
     ["stage"],
     buckets=(0.0005, 0.001, 0.002, 0.004, 0.008, 0.015, 0.03, 0.06, 0.1, 0.2),
 )
-DESCRIBE_TIMEOUT_S = 0.01  # titles for a fallback answer: worth a short wait only
+DESCRIBE_TIMEOUT_S = 0.01  # titles the live catalogue lacks: worth a short wait only
+STAGE_CHILDREN = {
+    name: STAGE_SECONDS.labels(name)
+    for name in ("features", "embed", "retrieve", "rank", "describe")
+}
 QUEUED_SECONDS = Histogram(
     "recserve_gateway_queued_seconds",
     "Time between Envoy taking a request (x-request-start) and the gateway starting it.",
@@ -136,8 +148,10 @@ class Gateway:
         retriever: retriever_pb2_grpc.RetrieverServiceStub,
         ranker: ranker_pb2_grpc.RankerServiceStub,
         popular: PopularItems,
+        descriptions: ItemDescriptions | None = None,
     ) -> None:
         self.settings = settings
+        self.descriptions = descriptions if descriptions is not None else ItemDescriptions()
         self.features = features
         self.retriever = retriever
         self.ranker = ranker
@@ -179,7 +193,7 @@ class Gateway:
                 raise StageFailed(f"{reason}_{failure}") from None
             finally:
                 elapsed = time.perf_counter() - started
-                STAGE_SECONDS.labels(name).observe(elapsed)
+                STAGE_CHILDREN[name].observe(elapsed)
                 answer.timings.append((name, elapsed * 1000))
 
     def fallback(
@@ -197,11 +211,7 @@ class Gateway:
         personal = list(user.precomputed_item_ids) if user is not None else []
         if personal and not query.categories and not query.item_id:
             ids = [i for i in personal if i not in exclude][: query.k]
-            known = (self.popular.describe(i) for i in ids)
-            answer.items = [
-                Item(i, 0.0, p.title if p else "", p.categories if p else ())
-                for i, p in zip(ids, known, strict=True)
-            ]
+            answer.items = [self._describe(i, 0.0) for i in ids]
             answer.source = "PRECOMPUTED"
         else:
             answer.items = [
@@ -219,6 +229,42 @@ class Gateway:
         answer.timings.append(("fallback", (time.perf_counter() - started) * 1000))
         return answer
 
+    def _describe(self, item_id: str, score: float) -> Item:
+        """An item with its title and categories, as far as they are known here."""
+        known = self.descriptions.get(item_id)
+        if known is not None:
+            return Item(item_id, score, known[0], known[1])
+        popular = self.popular.describe(item_id)
+        if popular is not None:
+            return Item(item_id, score, popular.title, popular.categories)
+        return Item(item_id, score, "", ())
+
+    async def _fill_missing_titles(self, answer: Answer, budget: Budget) -> None:
+        """Titles the live catalogue lacks (not synced yet, or items newer than
+        it), asked of the features service for just those items."""
+        missing = [i.item_id for i in answer.items if not i.title]
+        if not missing:
+            return
+        timeout = min(DESCRIBE_TIMEOUT_S, max(budget.remaining_s(), 0.002))
+        started = time.perf_counter()
+        try:
+            reply = await self.features.GetItemFeatures(
+                fpb.GetItemFeaturesRequest(item_ids=missing),
+                timeout=timeout,
+                metadata=outbound_metadata(),
+            )
+        except grpc.aio.AioRpcError:
+            return  # ids without titles are still the answer
+        finally:
+            STAGE_CHILDREN["describe"].observe(time.perf_counter() - started)
+        found = {f.item_id: f for f in reply.items if f.found}
+        answer.items = [
+            Item(i.item_id, i.score, found[i.item_id].title, tuple(found[i.item_id].categories))
+            if i.item_id in found and not i.title
+            else i
+            for i in answer.items
+        ]
+
     async def _personal_fallback(
         self,
         answer: Answer,
@@ -228,26 +274,11 @@ class Gateway:
         user: fpb.UserFeatures | None,
         budget: Budget,
     ) -> Answer:
-        """The fallback, with titles for precomputed items the popular lists
-        do not describe, asked of the features service when it is answering."""
+        """The fallback, with titles for items the local copies do not describe
+        asked of the features service when it is answering."""
         self.fallback(answer, reason, query, seen, user)
-        missing = [i.item_id for i in answer.items if not i.title]
-        if answer.source != "PRECOMPUTED" or not missing or reason.startswith("FEATURES"):
-            return answer
-        timeout = min(DESCRIBE_TIMEOUT_S, max(budget.remaining_s(), 0.002))
-        try:
-            reply = await self.features.GetItemFeatures(
-                fpb.GetItemFeaturesRequest(item_ids=missing), timeout=timeout
-            )
-        except grpc.aio.AioRpcError:
-            return answer  # ids without titles are still the user's own list
-        found = {f.item_id: f for f in reply.items if f.found}
-        answer.items = [
-            Item(i.item_id, i.score, found[i.item_id].title, tuple(found[i.item_id].categories))
-            if i.item_id in found and not i.title
-            else i
-            for i in answer.items
-        ]
+        if answer.source == "PRECOMPUTED" and not reason.startswith("FEATURES"):
+            await self._fill_missing_titles(answer, budget)
         return answer
 
     # -- requests ------------------------------------------------------------
@@ -305,7 +336,9 @@ class Gateway:
             budget,
             answer,
             lambda t: self.features.GetUserFeatures(
-                fpb.GetUserFeaturesRequest(user_id=query.user_id), timeout=t
+                fpb.GetUserFeaturesRequest(user_id=query.user_id),
+                timeout=t,
+                metadata=outbound_metadata(),
             ),
         )
         return reply.user
@@ -319,7 +352,9 @@ class Gateway:
             self.settings.embed_ms,
             budget,
             answer,
-            lambda t: self.ranker.EmbedUser(rpb.EmbedUserRequest(user=user), timeout=t),
+            lambda t: self.ranker.EmbedUser(
+                rpb.EmbedUserRequest(user=user), timeout=t, metadata=outbound_metadata()
+            ),
         )
 
     async def _recommend(self, query: Query, budget: Budget, answer: Answer) -> Answer:
@@ -328,8 +363,9 @@ class Gateway:
         if not user.found:
             return self.fallback(answer, "COLD_START", query)
         seen = list(user.seen_item_ids)
+        profile = ranker_profile(user)
         try:
-            embedded = await self._embed(user, budget, answer)
+            embedded = await self._embed(profile, budget, answer)
             exclude = list(query.exclude_item_ids)
             exclude += seen[: max(0, RETRIEVER_EXCLUDE_LIMIT - len(exclude))]
             retrieved = await self._stage(
@@ -340,21 +376,27 @@ class Gateway:
                 answer,
                 lambda t: self.retriever.Search(
                     qpb.SearchRequest(
-                        vector=embedded.vector,
+                        vector_f32=embedded.vector_f32,
                         k=self.settings.candidates,
                         filter=qpb.SearchFilter(
                             categories=query.categories, exclude_item_ids=exclude
                         ),
+                        columns=True,
                     ),
                     timeout=t,
+                    metadata=outbound_metadata(),
                 ),
             )
         except StageFailed as failure:
             return await self._personal_fallback(answer, failure.reason, query, seen, user, budget)
-        blocked = {*query.exclude_item_ids, *seen}
-        candidates = [c for c in retrieved.items if c.item_id not in blocked]
+        ids, scores = list(retrieved.item_ids), np.frombuffer(retrieved.scores_f32, "<f4")
+        if len(seen) + len(query.exclude_item_ids) > RETRIEVER_EXCLUDE_LIMIT:
+            # The retriever was sent only the first 1,000 exclusions.
+            blocked = {*query.exclude_item_ids, *seen}
+            keep = [n for n, i in enumerate(ids) if i not in blocked]
+            ids, scores = [ids[n] for n in keep], scores[keep]
         return await self._rank_and_merge(
-            query, user, list(embedded.vector), candidates, budget, answer, seen
+            query, profile, embedded.vector_f32, ids, scores, budget, answer, seen, user
         )
 
     async def _similar(self, query: Query, budget: Budget, answer: Answer) -> Answer:
@@ -379,48 +421,39 @@ class Gateway:
                     ),
                 ),
                 timeout=t,
+                metadata=outbound_metadata(),
             ),
         )
         blocked = {*query.exclude_item_ids, *seen}
-        candidates = [c for c in retrieved.items if c.item_id not in blocked]
+        hits = [c for c in retrieved.items if c.item_id not in blocked]
+        ids = [c.item_id for c in hits]
+        scores = np.fromiter((c.score for c in hits), np.float32, len(hits))
         if user is None or not user.found:
-            return await self._rank_and_merge(query, None, [], candidates, budget, answer, seen)
-        embedded = await self._embed(user, budget, answer)
+            return await self._rank_and_merge(query, None, b"", ids, scores, budget, answer, seen)
+        profile = ranker_profile(user)
+        embedded = await self._embed(profile, budget, answer)
         return await self._rank_and_merge(
-            query, user, list(embedded.vector), candidates, budget, answer, seen
+            query, profile, embedded.vector_f32, ids, scores, budget, answer, seen, user
         )
 
     async def _rank_and_merge(
         self,
         query: Query,
-        user: fpb.UserFeatures | None,
-        user_vector: list[float],
-        candidates: Sequence[qpb.ScoredItem],
+        profile: fpb.UserFeatures | None,
+        user_vector: bytes,
+        ids: Sequence[str],
+        retrieval_scores: np.ndarray,
         budget: Budget,
         answer: Answer,
         seen: Sequence[str],
+        user: fpb.UserFeatures | None = None,
     ) -> Answer:
-        trace.get_current_span().set_attribute(attr.CANDIDATES, len(candidates))
-        if not candidates:
+        trace.get_current_span().set_attribute(attr.CANDIDATES, len(ids))
+        if not ids:
             reason = "RETRIEVER_UNAVAILABLE"
             return await self._personal_fallback(answer, reason, query, seen, user, budget)
-        try:
-            details = await self._stage(
-                "item_features",
-                "FEATURES",
-                self.settings.item_features_ms,
-                budget,
-                answer,
-                lambda t: self.features.GetItemFeatures(
-                    fpb.GetItemFeaturesRequest(item_ids=[c.item_id for c in candidates]),
-                    timeout=t,
-                ),
-            )
-        except StageFailed as failure:
-            return await self._personal_fallback(answer, failure.reason, query, seen, user, budget)
-        trace.get_current_span().set_attribute(attr.CACHE_HITS, details.cache_hits)
-        scores = [c.score for c in candidates]
-        if user is not None:
+        scores = retrieval_scores
+        if profile is not None:
             if self.settings.stage_delay_ms:
                 await asyncio.sleep(self.settings.stage_delay_ms / 1000)
             try:
@@ -432,19 +465,16 @@ class Gateway:
                     answer,
                     lambda t: self.ranker.Score(
                         rpb.ScoreRequest(
-                            user=user,
-                            user_vector=user_vector,
-                            candidates=[
-                                rpb.Candidate(
-                                    item_id=c.item_id, features=f, retrieval_score=c.score
-                                )
-                                for c, f in zip(candidates, details.items, strict=True)
-                            ],
+                            user=profile,
+                            user_vector_f32=user_vector,
+                            item_ids=ids,
+                            retrieval_scores_f32=retrieval_scores.tobytes(),
                         ),
                         timeout=t,
+                        metadata=outbound_metadata(),
                     ),
                 )
-                scores = list(ranked.scores)
+                scores = np.asarray(ranked.scores, dtype=np.float32)
                 answer.model_version = ranked.model_version
             except StageFailed as failure:
                 # Retrieval order is still personal: better than popularity.
@@ -453,18 +483,34 @@ class Gateway:
                 answer.source = "RETRIEVAL_ORDER"
                 FALLBACKS.labels(failure.reason.lower()).inc()
         started = time.perf_counter()
-        order = sorted(range(len(candidates)), key=lambda i: -scores[i])
         chosen: dict[str, Item] = {}
-        for i in order:
-            c, f = candidates[i], details.items[i]
-            if c.item_id not in chosen:
-                chosen[c.item_id] = Item(c.item_id, float(scores[i]), f.title, tuple(f.categories))
+        # Best first; ties keep retrieval order (a stable sort, as before).
+        for n in np.argsort(-scores, kind="stable").tolist():
+            item_id = ids[n]
+            if item_id not in chosen:
+                chosen[item_id] = self._describe(item_id, float(scores[n]))
             if len(chosen) == query.k:
                 break
         answer.items = list(chosen.values())
+        await self._fill_missing_titles(answer, budget)
         answer.timings.append(("merge", (time.perf_counter() - started) * 1000))
         span = trace.get_current_span()
         span.set_attribute(attr.RESULTS, len(answer.items))
         span.set_attribute(attr.MODEL_VERSION, answer.model_version)
         span.set_attribute(attr.DEGRADED, answer.degraded)
         return answer
+
+
+def ranker_profile(user: fpb.UserFeatures) -> fpb.UserFeatures:
+    """What the ranker reads of a user: without the seen and precomputed
+    lists (up to 1,000 ids each), which only the gateway needs."""
+    return fpb.UserFeatures(
+        user_id=user.user_id,
+        found=user.found,
+        age=user.age,
+        gender=user.gender,
+        occupation=user.occupation,
+        rating_count=user.rating_count,
+        mean_rating=user.mean_rating,
+        recent_item_ids=user.recent_item_ids,
+    )

@@ -14,8 +14,10 @@ from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit.health import DependencyProbe
+from recserve_kit.item_watch import ItemWatch
 from recserve_kit.server import Registration, Service, build_server
 from services.gateway.config import GatewaySettings
+from services.gateway.descriptions import ItemDescriptions
 from services.gateway.domain import Gateway
 from services.gateway.fallback import PopularItems
 from services.gateway.servicer import GatewayServicer
@@ -58,18 +60,25 @@ async def create_server(settings: GatewaySettings) -> Service:
     }
     popular = PopularItems(settings.data_dir)
     popular.reload()
+    descriptions = ItemDescriptions()
+    watch = ItemWatch(channels["features"], descriptions.replace, descriptions.update)
     gateway = Gateway(
         settings,
         features_pb2_grpc.FeatureServiceStub(channels["features"]),
         retriever_pb2_grpc.RetrieverServiceStub(channels["retriever"]),
         ranker_pb2_grpc.RankerServiceStub(channels["ranker"]),
         popular,
+        descriptions,
     )
 
     async def fallback_loaded() -> bool:
         return popular.loaded
 
-    probes = [DependencyProbe("fallback", fallback_loaded, interval_s=1.0)] + [
+    probes = [
+        DependencyProbe("fallback", fallback_loaded, interval_s=1.0),
+        # Titles for answers; without it they are fetched per answer instead.
+        DependencyProbe("item_catalogue", watch.healthy, interval_s=1.0, required=False),
+    ] + [
         # Reported per backend, but the gateway stays SERVING without them:
         # it answers from the fallback, marked degraded.
         DependencyProbe(name, functools.partial(backend_serving, channel), 1.0, required=False)
@@ -101,6 +110,7 @@ async def create_server(settings: GatewaySettings) -> Service:
             await channel.close()
 
     service.run_in_background(reload_popular)
+    service.run_in_background(watch.run)
     service.cleanups.append(close_channels)
     service.domain = gateway
     return service

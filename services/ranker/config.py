@@ -15,6 +15,10 @@ class RankerSettings(ServiceSettings):
 
     port: int = Field(50054, ge=0, le=65535)
     triton_url: str = Field("127.0.0.1:8001", description="Triton's gRPC address.")
+    features_addr: str = Field(
+        "127.0.0.1:50052",
+        description="The features service, whose item catalogue the ranker's table follows.",
+    )
     ranking_model: str = Field("ranker", description="'ranker' (fp32) or 'ranker_int8'.")
     user_model: str = "user_tower"
     max_candidates: int = Field(1000, ge=1, le=10000)

@@ -1,6 +1,11 @@
 """The ranker's domain: encode features, call Triton, name the model version.
 
-One persistent ``tritonclient.grpc.aio`` client serves every request. Each
+Inference requests are Triton's own protobuf (``ModelInferRequest``) with
+the tensors as raw bytes, sent on one persistent channel: tritonclient's
+per-call request builder and result wrapper cost more than the call itself.
+The ``tritonclient.grpc.aio`` client does the control calls (readiness,
+loading). Candidates' item features come from the ranker's own table
+(``item_table``), kept live from the features service. Each
 inference pins the Triton version number of the artifact in use, so every
 response names exactly the model that produced it. ``load`` switches
 versions without a failed request: Triton first loads the new version next
@@ -15,16 +20,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import grpc
 import numpy as np
 import tritonclient.grpc.aio as triton_aio
-from opentelemetry import propagate
 from recserve_model import artifacts
 from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
-from tritonclient.grpc import InferInput, InferRequestedOutput, KeepAliveOptions
+from tritonclient.grpc import KeepAliveOptions, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from recserve_kit.tracing import is_sampled, outbound_metadata
 from services.ranker.config import RankerSettings
+from services.ranker.item_table import ItemTable
 
 log = logging.getLogger(__name__)
 BACKSTOP_GRACE_S = 0.25
@@ -73,23 +80,55 @@ def _consume(call: asyncio.Future[object]) -> None:
         call.exception()
 
 
-def tensor(name: str, array: np.ndarray) -> InferInput:
-    t = InferInput(name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32")
-    t.set_data_from_numpy(array)
-    return t
+Tensor = tuple[str, np.ndarray]
+DATATYPES = {np.dtype(np.int64): "INT64", np.dtype(np.float32): "FP32"}
+KEEPALIVE = KeepAliveOptions(
+    keepalive_time_ms=10_000, keepalive_timeout_ms=5_000, keepalive_permit_without_calls=True
+)
+
+
+def tensor(name: str, array: np.ndarray) -> Tensor:
+    return name, array
+
+
+def infer_request(
+    model: str, version: int, inputs: Sequence[Tensor], output: str
+) -> service_pb2.ModelInferRequest:
+    """Triton's request with every tensor as raw little-endian bytes."""
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=str(version))
+    for name, array in inputs:
+        spec = request.inputs.add()
+        spec.name = name
+        spec.datatype = DATATYPES[array.dtype]
+        spec.shape.extend(array.shape)
+        request.raw_input_contents.append(np.ascontiguousarray(array).tobytes())
+    request.outputs.add().name = output
+    return request
+
+
+def output_array(response: service_pb2.ModelInferResponse) -> np.ndarray:
+    """The one FP32 output of a response, as a numpy view of its bytes."""
+    shape = tuple(response.outputs[0].shape)
+    return np.frombuffer(response.raw_output_contents[0], dtype="<f4").reshape(shape)
 
 
 class Ranker:
     def __init__(self, settings: RankerSettings) -> None:
         self.settings = settings
         self.client = triton_aio.InferenceServerClient(
-            settings.triton_url,
-            keepalive_options=KeepAliveOptions(
-                keepalive_time_ms=10_000,
-                keepalive_timeout_ms=5_000,
-                keepalive_permit_without_calls=True,
-            ),
+            settings.triton_url, keepalive_options=KEEPALIVE
         )
+        self.channel = grpc.aio.insecure_channel(
+            settings.triton_url,
+            options=[
+                ("grpc.keepalive_time_ms", KEEPALIVE.keepalive_time_ms),
+                ("grpc.keepalive_timeout_ms", KEEPALIVE.keepalive_timeout_ms),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ],
+        )
+        self.infer_stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.items = ItemTable()
         self.loaded: Loaded | None = None
         self._load_lock = asyncio.Lock()
         self.abandoned = 0  # Triton calls still running that nobody waits for
@@ -205,10 +244,11 @@ class Ranker:
         return features[None, :], encoder.history(user.recent_item_ids)[None, :]
 
     async def _infer(
-        self, model: str, version: int, inputs: list[InferInput], output: str, timeout_s: float
+        self, model: str, version: int, inputs: list[Tensor], output: str, timeout_s: float
     ) -> np.ndarray:
-        headers: dict[str, str] = {}
-        propagate.inject(headers)  # Triton continues the caller's trace
+        # Triton continues the caller's trace, for sampled requests only (it
+        # traces whatever carries a context).
+        metadata = outbound_metadata() if is_sampled() else ()
         # The call is never cancelled from here: Triton 2.51's gRPC frontend
         # can crash on a request cancelled while it completes (reproduced
         # under overload; triton-inference-server/server#7368, fixed in
@@ -218,13 +258,10 @@ class Ranker:
         if self.abandoned >= self.settings.max_abandoned_calls:
             raise Unavailable("Triton is behind: too many late calls still running")
         call = asyncio.ensure_future(
-            self.client.infer(
-                model,
-                inputs,
-                model_version=str(version),
-                outputs=[InferRequestedOutput(output)],
-                client_timeout=self.settings.triton_client_timeout_s,
-                headers=headers,
+            self.infer_stub.ModelInfer(
+                infer_request(model, version, inputs, output),
+                timeout=self.settings.triton_client_timeout_s,
+                metadata=metadata,
             )
         )
         call.add_done_callback(_consume)
@@ -240,14 +277,12 @@ class Ranker:
             if isinstance(stopped, asyncio.CancelledError):
                 raise
             raise Unavailable("Triton did not answer within the deadline") from None
-        except InferenceServerException as exc:
-            status = str(exc.status() or "")
-            if "DEADLINE" in status:
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise Unavailable("Triton did not answer within the deadline") from None
-            raise Unavailable(f"Triton {model} inference failed") from exc
-        array = result.as_numpy(output)
-        assert array is not None
-        return array
+            log.warning("Triton %s inference failed: %s", model, exc.details())
+            raise Unavailable(f"Triton {model} inference failed") from None
+        return output_array(result)
 
     async def embed_user(self, user: UserInput, timeout_s: float) -> tuple[np.ndarray, str]:
         loaded = self._current()
@@ -306,6 +341,49 @@ class Ranker:
         )
         return scores[:, 0], loaded.version, int((rows == 0).sum())
 
+    async def score_ids(
+        self,
+        user: UserInput,
+        item_ids: Sequence[str],
+        retrieval_scores: np.ndarray,
+        user_vector: np.ndarray | None,
+        timeout_s: float,
+    ) -> tuple[np.ndarray, str, int]:
+        """Score in columns: item features gathered from the live item table."""
+        n = len(item_ids)
+        if not n:
+            raise InvalidArgument("item_ids", "is empty")
+        if n > self.settings.max_candidates:
+            raise InvalidArgument(
+                "item_ids", f"at most {self.settings.max_candidates}, got {n}"
+            )
+        if len(retrieval_scores) != n:
+            raise InvalidArgument(
+                "retrieval_scores_f32", f"has {len(retrieval_scores)} values for {n} item_ids"
+            )
+        loaded = self._current()
+        encoder = loaded.encoder
+        dim = encoder.spec.embedding_dim
+        if user_vector is None:
+            user_vector, _ = await self.embed_user(user, timeout_s)
+        elif len(user_vector) != dim:
+            raise InvalidArgument(
+                "user_vector_f32", f"has {len(user_vector)} values; expected {dim}"
+            )
+        rows = encoder.item_rows(item_ids)
+        user_features, _ = self.user_arrays(encoder, user)
+        inputs = [
+            tensor("item_id", rows[:, None]),
+            tensor("user_vector", np.broadcast_to(user_vector, (n, dim))),
+            tensor("user_features", np.broadcast_to(user_features, (n, user_features.shape[1]))),
+            tensor("item_features", self.items.features(encoder, item_ids)),
+            tensor("retrieval_score", retrieval_scores.astype(np.float32, copy=False)[:, None]),
+        ]
+        scores = await self._infer(
+            self.settings.ranking_model, loaded.ranking_model_version, inputs, "score", timeout_s
+        )
+        return scores[:, 0], loaded.version, int((rows == 0).sum())
+
     async def model_info(self) -> list[tuple[str, str, str]]:
         index = await self.client.get_model_repository_index(as_json=True)
         loaded = self.loaded
@@ -323,3 +401,4 @@ class Ranker:
 
     async def close(self) -> None:
         await self.client.close()
+        await self.channel.close()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import grpc
+
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_kit.health import DependencyProbe
+from recserve_kit.item_watch import ItemWatch
 from recserve_kit.server import Registration, Service, build_server
 from services.ranker.config import RankerSettings
 from services.ranker.domain import Ranker
@@ -14,6 +17,8 @@ SERVICE_NAME = "recserve.ranker.v1.RankerService"
 
 async def create_server(settings: RankerSettings) -> Service:
     ranker = Ranker(settings)
+    features = grpc.aio.insecure_channel(settings.features_addr)
+    watch = ItemWatch(features, ranker.items.replace, ranker.items.update)
     service = build_server(
         "ranker",
         settings,
@@ -24,9 +29,15 @@ async def create_server(settings: RankerSettings) -> Service:
                 SERVICE_NAME,
             )
         ],
-        # Ready only while Triton serves the pinned versions of both models.
-        probes=[DependencyProbe("triton", ranker.models_ready, settings.health_interval_s, 2.0)],
+        probes=[
+            # Ready only while Triton serves the pinned versions of both
+            # models, and once the item-feature table holds the catalogue.
+            DependencyProbe("triton", ranker.models_ready, settings.health_interval_s, 2.0),
+            DependencyProbe("item_features", watch.healthy, settings.health_interval_s),
+        ],
     )
+    service.run_in_background(watch.run)
     service.cleanups.append(ranker.close)
+    service.cleanups.append(features.close)
     service.domain = ranker
     return service

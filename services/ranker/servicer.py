@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import numpy as np
 
 from recserve.features.v1 import features_pb2
 from recserve.ranker.v1 import ranker_pb2 as pb
@@ -50,11 +51,15 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         vector, version = await self.ranker.embed_user(
             to_user(request.user), self._timeout(context)
         )
-        return pb.EmbedUserResponse(vector=vector.tolist(), model_version=version)
+        return pb.EmbedUserResponse(
+            vector=vector.tolist(), model_version=version, vector_f32=vector.tobytes()
+        )
 
     async def Score(
         self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext
     ) -> pb.ScoreResponse:
+        if request.item_ids:
+            return await self._score_columns(request, context)
         candidates = [to_candidate(c, n) for n, c in enumerate(request.candidates)]
         scores, version, unknown = await self.ranker.score(
             to_user(request.user), candidates, list(request.user_vector), self._timeout(context)
@@ -78,3 +83,32 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             raise InvalidArgument("version", "is empty")
         loaded = await self.ranker.load(request.version)
         return pb.LoadModelResponse(model_version=loaded.version)
+
+    async def _score_columns(
+        self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ScoreResponse:
+        vector = None
+        if request.user_vector_f32:
+            vector = f32(request.user_vector_f32, "user_vector_f32")
+        elif request.user_vector:
+            vector = np.asarray(request.user_vector, dtype=np.float32)
+        scores, version, unknown = await self.ranker.score_ids(
+            to_user(request.user),
+            request.item_ids,
+            f32(request.retrieval_scores_f32, "retrieval_scores_f32"),
+            vector,
+            self._timeout(context),
+        )
+        return pb.ScoreResponse(
+            scores=scores.tolist(), model_version=version, unknown_item_count=unknown
+        )
+
+
+def f32(raw: bytes, field: str) -> np.ndarray:
+    """Little-endian float32 values from a bytes field."""
+    if len(raw) % 4:
+        raise InvalidArgument(field, f"{len(raw)} bytes is not a whole number of float32 values")
+    values = np.frombuffer(raw, dtype="<f4")
+    if not np.isfinite(values).all():
+        raise InvalidArgument(field, "contains NaN or infinity")
+    return values

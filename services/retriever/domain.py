@@ -115,7 +115,14 @@ def read_items(path: Path) -> tuple[list[ItemRecord], int]:
     return records, int(vectors.shape[1])
 
 
-def check_vector(values: Sequence[float], dimension: int, field: str) -> np.ndarray:
+def check_vector(values: Sequence[float] | bytes, dimension: int, field: str) -> np.ndarray:
+    """The vector as float32; ``values`` may be little-endian float32 bytes."""
+    if isinstance(values, bytes):
+        if len(values) != 4 * dimension:
+            raise InvalidArgument(
+                field, f"has {len(values)} bytes; the collection has {dimension} float32 values"
+            )
+        values = np.frombuffer(values, dtype="<f4")
     if len(values) != dimension:
         raise InvalidArgument(field, f"has {len(values)} values; the collection has {dimension}")
     vector = np.asarray(values, dtype=np.float32)
@@ -232,12 +239,17 @@ class Retriever:
         return max(ef or self.settings.search_ef, k)
 
     def search(
-        self, vector: Sequence[float], k: int, flt: SearchFilter, ef: int = 0
+        self,
+        vector: Sequence[float] | bytes,
+        k: int,
+        flt: SearchFilter,
+        ef: int = 0,
+        field: str = "vector",
     ) -> tuple[list[tuple[str, float]], str]:
         store = self._store()
-        query = check_vector(vector, store.dimension, "vector")
+        query = check_vector(vector, store.dimension, field)
         if not math.isfinite(float(np.linalg.norm(query))) or not query.any():
-            raise InvalidArgument("vector", "must not be all zeros")
+            raise InvalidArgument(field, "must not be all zeros")
         check_filter(flt)
         k = self._k(k)
         return store.search(query, k, flt, self._ef(ef, k)), store.generation

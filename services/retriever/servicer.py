@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import numpy as np
 
 from recserve.retriever.v1 import retriever_pb2 as pb
 from recserve.retriever.v1 import retriever_pb2_grpc
@@ -28,10 +29,21 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
     async def Search(
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SearchResponse:
+        packed = bool(request.vector_f32)
         hits, generation = self.retriever.search(
-            request.vector, request.k, to_filter(request.filter), request.ef
+            request.vector_f32 if packed else request.vector,
+            request.k,
+            to_filter(request.filter),
+            request.ef,
+            field="vector_f32" if packed else "vector",
         )
-        return pb.SearchResponse(items=scored(hits), generation=generation)
+        if not request.columns:
+            return pb.SearchResponse(items=scored(hits), generation=generation)
+        return pb.SearchResponse(
+            item_ids=[item_id for item_id, _ in hits],
+            scores_f32=np.fromiter((s for _, s in hits), np.float32, len(hits)).tobytes(),
+            generation=generation,
+        )
 
     async def SimilarItems(
         self, request: pb.SimilarItemsRequest, context: grpc.aio.ServicerContext

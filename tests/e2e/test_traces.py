@@ -25,7 +25,6 @@ GATEWAY_STAGES = {
     "gateway.features",
     "gateway.embed",
     "gateway.retrieve",
-    "gateway.item_features",
     "gateway.rank",
 }
 
