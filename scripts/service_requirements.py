@@ -28,9 +28,9 @@ COMMON = [
     "pydantic-settings",
     "opentelemetry-sdk",
     "opentelemetry-exporter-otlp-proto-grpc",
-    "opentelemetry-instrumentation-grpc",
     "prometheus-client",
     "numpy",
+    "uvloop",
 ]
 IMAGES: dict[str, list[str]] = {
     "gateway": [],

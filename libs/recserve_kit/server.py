@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+import uvloop
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -151,4 +152,6 @@ def run(factory: Callable[[], Awaitable[tuple[Service, Telemetry]]]) -> None:
         service, telemetry = await factory()
         await serve(service, telemetry)
 
-    asyncio.run(main())
+    # uvloop: 7-9% less CPU per Recommend across the stack than asyncio's own
+    # loop, with grpc.aio unchanged (docs/benchmarks.md, "A lean hot path").
+    uvloop.run(main())

@@ -37,7 +37,9 @@ class RankerSettings(ServiceSettings):
         description="Triton calls that finished too late for their caller but still run; "
         "past this many, new calls fail at once (UNAVAILABLE) until Triton catches up.",
     )
-    health_interval_s: float = Field(0.5, gt=0)
+    health_interval_s: float = Field(
+        1.0, gt=0, description="How often Triton's readiness is checked (2 calls each time)."
+    )
     triton_repository: Path | None = Field(
         None,
         description="Model repository (for versions.json); default <data_dir>/triton/repository.",

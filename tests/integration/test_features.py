@@ -1,8 +1,9 @@
 """The features service with the real Feast stores (SQLite, and Redis from a
 real redis-server the test starts): served values equal the parquet source,
 pushes are visible at once and update the cache, stores agree, bad input is
-refused whole."""
+refused whole, and watchers get the catalogue and every pushed change."""
 
+import asyncio
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -15,9 +16,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from recserve.features.v1 import features_pb2 as pb
 from recserve.features.v1 import features_pb2_grpc
+from recserve_kit.item_watch import ItemWatch
 from services.features.config import FeaturesSettings
 from services.features.server import create_server
-from tests.helpers import data_dir_with_artifacts, free_port, poll_until
+from tests.helpers import apoll_until, data_dir_with_artifacts, free_port, poll_until
 
 
 @pytest.fixture(scope="module")
@@ -218,3 +220,43 @@ async def test_sqlite_and_redis_give_identical_answers(built, tmp_path, redis_ur
         await channel.close()
         await service.stop(0)
     assert answers[0] == answers[1]
+
+
+async def test_direct_user_read_equals_the_sdk_read(features):
+    """The hot path's online_read gives exactly what get_online_features gives."""
+    _, service = features
+    ids = [str(i) for i in range(1, 944)] + ["no-such-user"]
+    assert service.domain._read_users(ids) == service.domain._read_users_sdk(ids)
+
+
+async def test_watch_lists_the_catalogue_then_streams_pushed_changes(features, tables):
+    stub, service = features
+    table: dict[str, pb.ItemFeatures] = {}
+    changes: list[list[str]] = []
+
+    def listing(items, version):
+        table.clear()
+        table.update({i.item_id: i for i in items})
+
+    def changed(items):
+        table.update({i.item_id: i for i in items})
+        changes.append([i.item_id for i in items])
+
+    channel = grpc.aio.insecure_channel(service.address)
+    watch = ItemWatch(channel, listing, changed)
+    task = asyncio.create_task(watch.run())
+    try:
+        await apoll_until(watch.healthy, 30)
+        assert set(table) == set(tables["item_profile"]["item_id"])
+        assert watch.version == service.domain.catalogue.version != ""
+        before = table["11"].popularity
+        when = Timestamp()
+        when.FromDatetime(datetime.now(UTC))
+        event = pb.UserEvent(user_id="7", item_id="11", rating=4.0, event_time=when)
+        await stub.PushUserEvents(pb.PushUserEventsRequest(events=[event]))
+        await apoll_until(lambda: asyncio.sleep(0, result=bool(changes)), 10)
+        assert changes == [["11"]] and table["11"].popularity == before + 1
+        assert table["11"].title and table["12"].popularity > 0
+    finally:
+        task.cancel()
+        await channel.close()

@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import signal
+from datetime import UTC, datetime
 
 import grpc
 import numpy as np
@@ -20,9 +21,12 @@ from recserve.features.v1 import features_pb2 as fpb
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_stack.triton_process import running_triton, start_triton
+from services.features.config import FeaturesSettings
+from services.features.domain import Event
+from services.features.server import create_server as create_features_server
 from services.ranker.config import RankerSettings
 from services.ranker.server import create_server
-from tests.helpers import apoll_until, user_message
+from tests.helpers import apoll_until, data_dir_with_artifacts, user_message
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +151,98 @@ async def test_scores_equal_onnxruntime_offline(built, ranker, catalog):
     # Without a vector, the ranker computes it: same scores.
     again = await stub.Score(pb.ScoreRequest(user=user_message(user), candidates=cands))
     np.testing.assert_allclose(again.scores, reply.scores, rtol=1e-5, atol=1e-5)
+
+
+async def test_columns_form_gathers_features_from_the_live_table(
+    built, setup, triton, catalog, tmp_path
+):
+    """Score with ids and float32 bytes, item features from the ranker's table
+    (fed by a real features service's watch) equals Score with candidate
+    messages carrying the same features; pushes reach the table."""
+    root, repository, _ = setup
+    features_settings = FeaturesSettings(
+        port=0,
+        data_dir=data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1]),
+        shutdown_drain_s=0,
+        refresh_interval_s=0,
+    )
+    features = await create_features_server(features_settings)
+    await features.start()
+    settings = RankerSettings(
+        port=0,
+        data_dir=root,
+        triton_url=triton.grpc_url,
+        triton_repository=repository,
+        features_addr=features.address,
+        shutdown_drain_s=0,
+        health_interval_s=0.1,
+    )
+    service = await create_server(settings)
+    await service.start()
+    channel = grpc.aio.insecure_channel(service.address)
+    try:
+        health = health_pb2_grpc.HealthStub(channel)
+
+        async def serving():
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
+            return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+        await apoll_until(serving, 60)  # Triton's models and the item table
+        stub = ranker_pb2_grpc.RankerServiceStub(channel)
+        users, items = catalog
+        user = user_message(users.iloc[5])
+        cands = [*candidates(items, 150, 20), pb.Candidate(item_id="not-in-catalogue")]
+        vector = (await stub.EmbedUser(pb.EmbedUserRequest(user=user))).vector_f32
+        assert np.frombuffer(vector, "<f4").shape == (64,)
+        by_messages = await stub.Score(
+            pb.ScoreRequest(user=user, candidates=cands, user_vector_f32=vector)
+        )
+        retrieval = np.asarray([c.retrieval_score for c in cands], np.float32)
+        ids = [c.item_id for c in cands]
+        by_columns = await stub.Score(
+            pb.ScoreRequest(
+                user=user,
+                item_ids=ids,
+                retrieval_scores_f32=retrieval.tobytes(),
+                user_vector_f32=vector,
+            )
+        )
+        np.testing.assert_array_equal(by_columns.scores, by_messages.scores)
+        assert by_columns.unknown_item_count == by_messages.unknown_item_count == 1
+        for request, field in [
+            (pb.ScoreRequest(user=user, item_ids=ids, retrieval_scores_f32=b"abc"), "retrieval"),
+            (
+                pb.ScoreRequest(
+                    user=user, item_ids=ids[:2], retrieval_scores_f32=retrieval[:3].tobytes()
+                ),
+                "retrieval",
+            ),
+            (
+                pb.ScoreRequest(
+                    user=user,
+                    item_ids=ids[:1],
+                    retrieval_scores_f32=retrieval[:1].tobytes(),
+                    user_vector_f32=b"\0" * 8,
+                ),
+                "user_vector_f32",
+            ),
+        ]:
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stub.Score(request)
+            assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert raised.value.details().startswith(field)
+        # A push changes an item's popularity: the table follows, and so do its scores.
+        table = service.domain.items
+        before = table.items[table.slot_of[ids[0]]].popularity
+        await features.domain.push([Event("3", ids[0], 5.0, datetime.now(UTC)) for _ in range(1)])
+        await apoll_until(
+            lambda: asyncio.sleep(0, result=table.items[table.slot_of[ids[0]]].popularity > before),
+            10,
+        )
+    finally:
+        await channel.close()
+        await service.stop(0)
+        await features.stop(0)
 
 
 async def test_concurrent_requests_are_batched(ranker, catalog, triton):
