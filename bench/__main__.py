@@ -66,6 +66,54 @@ def load(
 
 
 @app.command()
+def idle(
+    target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
+    requests: int = 2000,
+    out: Path | None = None,
+) -> None:
+    """Latency of an idle stack: one client, closed loop, through Envoy."""
+    from bench.load import run_closed
+
+    histogram, degraded = asyncio.run(run_closed(target, requests))
+    row = {
+        "requests": requests,
+        **{
+            f"p{p}_ms".replace(".", ""): round(histogram.get_value_at_percentile(p) / 1000, 2)
+            for p in (50, 90, 99, 99.9)
+        },
+        "max_ms": round(histogram.get_max_value() / 1000, 2),
+        "degraded": dict(degraded),
+    }
+    console.print(row)
+    write(out, {"benchmark": "idle_latency", **row})
+
+
+@app.command()
+def answers(
+    target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
+    users: int = 943,
+    out: Annotated[Path, typer.Option(help="Where to write every user's answer.")] = Path(
+        "build/bench/answers.json"
+    ),
+    compare: Annotated[Path | None, typer.Option(help="Another build's answers file.")] = None,
+) -> None:
+    """Every user's top 20 (ids, scores); with --compare, how many differ."""
+    from bench.load import answers as collect
+
+    got = asyncio.run(collect(target, users))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(got))
+    if compare is not None:
+        other = {u: [tuple(x) for x in v] for u, v in json.loads(compare.read_text()).items()}
+        ids_differ = sum(1 for u in got if [i for i, _ in got[u]] != [i for i, _ in other[u]])
+        scores_differ = sum(1 for u in got if got[u] != other[u])
+        console.print(
+            f"{len(got)} users: ranked ids differ for {ids_differ}, ids or scores "
+            f"(to 5 decimals) for {scores_differ}"
+        )
+
+
+@app.command()
 def features(
     data_dir: Annotated[Path, typer.Option(help="A data dir with built artifacts.")] = Path("data"),
     redis_url: Annotated[str, typer.Option(help="A running Redis (host:port); empty skips.")] = "",
@@ -381,10 +429,146 @@ def hop(
         )
     console.print(table)
     console.print(
-        f"floor per Recommend (5 service calls + 2 Triton calls): "
+        f"floor per Recommend (4 service calls + 2 Triton calls): "
         f"{result['floor_cpu_ms_per_recommend']} ms of CPU"
     )
     write(out, {"benchmark": "hop_cost", **result})
+
+
+@app.command()
+def sweep(
+    target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
+    rates: Annotated[str, typer.Option(help="Comma-separated req/s.")] = "50,100,150,200,260,520",
+    duration: Annotated[float, typer.Option(help="Seconds per rate.", max=600)] = 30.0,
+    long_rate: Annotated[float, typer.Option(help="This rate runs long_duration.")] = 260.0,
+    long_duration: Annotated[float, typer.Option(max=600)] = 60.0,
+    pause: Annotated[float, typer.Option(help="Quiet seconds between rates.")] = 5.0,
+    chart: Path = Path("docs/img/load-sweep.png"),
+    out: Path | None = None,
+) -> None:
+    """Open-loop load at each rate in turn: percentiles, degraded, errors, full
+    answers/s, stage shares and CPU per request; one chart of every rate."""
+    from bench.sweep import plot, run_rate
+
+    rows: list[dict[str, object]] = []
+    for n, rate in enumerate(float(r) for r in rates.split(",")):
+        if n:
+            time.sleep(pause)
+        seconds = long_duration if rate == long_rate else duration
+        console.print(f"{rate:.0f}/s for {seconds:.0f} s ...")
+        _, row = run_rate(target, rate, seconds)
+        rows.append(row)
+    table = Table(title=f"Recommend through {target}, open loop, one rate after another")
+    for column in (
+        "rate",
+        "s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "errors",
+        "degraded",
+        "full/s",
+        "CPU ms/req",
+        "died",
+    ):
+        table.add_column(column, justify="right")
+    for row in rows:
+        errors = sum(row["errors"].values())  # type: ignore[union-attr]
+        degraded = sum(row["degraded"].values())  # type: ignore[union-attr]
+        table.add_row(
+            f"{row['rate_rps']:.0f}",
+            f"{row['duration_s']:.0f}",
+            str(row["p50_ms"]),
+            str(row["p90_ms"]),
+            str(row["p99_ms"]),
+            str(row["p999_ms"]),
+            str(errors),
+            f"{degraded} ({100 * degraded / max(int(row['sent']), 1):.1f}%)",  # type: ignore[call-overload]
+            str(row["full_answers_per_s"]),
+            str(row["total_cpu_ms_per_request"]),
+            ",".join(row["processes_died"]) or "none",  # type: ignore[arg-type]
+        )
+    console.print(table)
+    console.print(f"chart: {plot(rows, chart)}")
+    write(out, {"benchmark": "load_sweep", "rows": rows})
+
+
+@app.command()
+def burst(
+    target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
+    sizes: Annotated[str, typer.Option(help="Comma-separated burst sizes.")] = "8,32,64",
+    repeats: int = 5,
+    quiet: Annotated[float, typer.Option(help="Idle seconds before each burst.")] = 2.0,
+    out: Path | None = None,
+) -> None:
+    """Bursts of concurrent Recommend calls after a quiet spell: shed, degraded, errors."""
+    from bench.burst import run as run_bursts
+
+    rows = run_bursts(target, tuple(int(s) for s in sizes.split(",")), repeats, quiet)
+    table = Table(title=f"Bursts after {quiet:.0f} s idle, through {target}")
+    for column in ("size", "shed", "other degraded", "errors", "slowest ms"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        degraded = row["degraded"]
+        assert isinstance(degraded, dict)
+        other = {k: v for k, v in degraded.items() if k != "DEGRADED_REASON_SHED"}
+        table.add_row(
+            str(row["size"]),
+            str(row["shed"]),
+            str(sum(other.values())),
+            str(sum(row["errors"].values())),  # type: ignore[union-attr]
+            str(row["max_ms"]),
+        )
+    console.print(table)
+    write(out, {"benchmark": "bursts", "quiet_s": quiet, "rows": rows})
+
+
+@app.command()
+def capacity(
+    measured: Annotated[Path, typer.Option(help="JSON from `bench cpu` or `bench sweep`.")],
+    rate: Annotated[float, typer.Option(help="With a sweep: which rate's CPU to use.")] = 200.0,
+    utilisation: float = 0.6,
+    rows_per_request: int = 200,
+    gpu_rows_per_s: Annotated[
+        float, typer.Option(help="Assumed ranking rows/s of one GPU (a projection).")
+    ] = 2_000_000.0,
+    out: Path | None = None,
+) -> None:
+    """Cores and replicas per component for 1,000 and 10,000 Recommend/s."""
+    from bench.capacity import plan
+
+    source = json.loads(measured.read_text())
+    if "rows" in source:
+        chosen = next(r for r in source["rows"] if float(r["rate_rps"]) == rate)
+    else:
+        chosen = source
+    cpu_ms = chosen["cpu_ms_per_request"]
+    rates = (1000, 10000)
+    rows = plan(cpu_ms, rates, utilisation, rows_per_request, gpu_rows_per_s)
+    table = Table(
+        title=f"Capacity at {utilisation:.0%} utilisation, from CPU measured at "
+        f"{chosen['rate_rps']:.0f}/s ({measured})"
+    )
+    table.add_column("component")
+    table.add_column("CPU ms/req", justify="right")
+    for r in rates:
+        table.add_column(f"cores @{r:,}/s", justify="right")
+        table.add_column(f"replicas @{r:,}/s", justify="right")
+    for row in rows:
+        cells = [str(row["component"]), "" if row["cpu_ms"] is None else str(row["cpu_ms"])]
+        for r in rates:
+            cores, replicas = row[f"cores@{r}"], row[f"replicas@{r}"]
+            cells += [
+                "" if cores is None else str(cores),
+                "" if replicas is None else str(replicas),
+            ]
+        table.add_row(*cells)
+    console.print(table)
+    for row in rows:
+        if row.get("note"):
+            console.print(f"{row['component']}: {row['note']}")
+    write(out, {"benchmark": "capacity", "source": str(measured), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Against a running stack: a gRPC health check on a service (the kit's server
 with its interceptors, as every RPC of ours pays) and a one-row inference
 of the user tower through Triton's python backend (the cheapest model call
 the ranker makes). CPU of the server side (psutil) and of this process as
-the client, divided by the calls. Recommend makes five service calls and
+the client, divided by the calls. Recommend makes four service calls and
 two Triton calls, so these floors bound what any amount of work inside the
 services could save.
 """
@@ -25,7 +25,7 @@ from tritonclient.grpc import InferInput
 from bench.cpu_profile import cpu_seconds, stack_processes
 
 CONCURRENCY = 8
-SERVICE_CALLS_PER_RECOMMEND = 5  # user features, embed, search, item features, score
+SERVICE_CALLS_PER_RECOMMEND = 4  # user features, embed, search, score
 TRITON_CALLS_PER_RECOMMEND = 2  # user tower, ranker
 
 

@@ -30,6 +30,22 @@ class LoadResult:
     degraded: Counter[str] = field(default_factory=Counter)
     histogram: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 60_000_000, 3))
     late_sends: int = 0  # requests the generator itself sent >5 ms after their due time
+    # With debug on: each gateway stage's time (us) over full answers, for stage shares.
+    stages: dict[str, HdrHistogram] = field(default_factory=dict)
+
+    @property
+    def full(self) -> int:
+        return self.ok - sum(self.degraded.values())
+
+    def stage_ms(self, p: float) -> dict[str, float]:
+        return {
+            name: round(h.get_value_at_percentile(p) / 1000, 2) for name, h in self.stages.items()
+        }
+
+    def percentile_curve(self) -> list[tuple[float, float]]:
+        """(percentile, ms) at the usual points of a latency percentile plot."""
+        points = (50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99)
+        return [(p, self.percentile_ms(p)) for p in points]
 
     def percentile_ms(self, p: float) -> float:
         return self.histogram.get_value_at_percentile(p) / 1000
@@ -47,6 +63,7 @@ class LoadResult:
             "max_ms": round(self.histogram.get_max_value() / 1000, 2),
             "errors": dict(self.errors),
             "degraded": dict(self.degraded),
+            "full_answers_per_s": round(self.full / self.duration_s, 1),
             "late_sends": self.late_sends,
         }
 
@@ -58,6 +75,7 @@ async def run_load(
     k: int = 20,
     users: int = 943,
     timeout_s: float = 1.0,
+    debug: bool = False,
 ) -> LoadResult:
     result = LoadResult(rate, duration_s)
     total = int(rate * duration_s)
@@ -75,12 +93,18 @@ async def run_load(
                 await asyncio.sleep(delay)
             if time.perf_counter() - due > 0.005:
                 result.late_sends += 1
-            request = pb.RecommendRequest(user_id=str(1 + (i * 7919) % users), k=k)
+            request = pb.RecommendRequest(user_id=str(1 + (i * 7919) % users), k=k, debug=debug)
             try:
                 reply = await stub.Recommend(request, timeout=timeout_s)
                 result.ok += 1
                 if reply.degraded:
                     result.degraded[pb.DegradedReason.Name(reply.degraded_reason)] += 1
+                else:
+                    for timing in reply.stage_timings:
+                        histogram = result.stages.get(timing.stage)
+                        if histogram is None:
+                            histogram = result.stages[timing.stage] = HdrHistogram(1, 60_000_000, 3)
+                        histogram.record_value(max(1, int(timing.duration_ms * 1000)))
             except grpc.aio.AioRpcError as exc:
                 result.errors[exc.code().name] += 1
             finally:
@@ -91,3 +115,34 @@ async def run_load(
         result.sent = total
         await asyncio.gather(*tasks)
     return result
+
+
+async def run_closed(
+    target: str, requests: int, k: int = 20, users: int = 943
+) -> tuple[HdrHistogram, Counter[str]]:
+    """One client, one request at a time: the latency of an idle stack."""
+    histogram = HdrHistogram(1, 60_000_000, 3)
+    degraded: Counter[str] = Counter()
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+        for n in range(50):  # warm
+            await stub.Recommend(pb.RecommendRequest(user_id=str(1 + n), k=k), timeout=5)
+        for i in range(requests):
+            request = pb.RecommendRequest(user_id=str(1 + (i * 7919) % users), k=k)
+            started = time.perf_counter()
+            reply = await stub.Recommend(request, timeout=1.0)
+            histogram.record_value(max(1, int((time.perf_counter() - started) * 1e6)))
+            if reply.degraded:
+                degraded[pb.DegradedReason.Name(reply.degraded_reason)] += 1
+    return histogram, degraded
+
+
+async def answers(target: str, users: int, k: int = 20) -> dict[str, list[tuple[str, float]]]:
+    """Each user's answer (ids and scores), for comparing two builds' rankings."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+        out = {}
+        for u in range(1, users + 1):
+            reply = await stub.Recommend(pb.RecommendRequest(user_id=str(u), k=k), timeout=5)
+            out[str(u)] = [(i.item_id, round(i.score, 5)) for i in reply.items]
+        return out

@@ -79,7 +79,7 @@ def wrap_unary(
     full_service: str, method: str, inner: Callable[..., Any], service: str
 ) -> Callable[..., Any]:
     durations = _Durations(service, method)
-    span_name = f"{full_service}/{method}"
+    span_name = f"/{full_service}/{method}"  # the OpenTelemetry gRPC convention
     attributes = {"rpc.system": "grpc", "rpc.service": full_service, "rpc.method": method}
 
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -167,8 +167,7 @@ class Features:
             live = None
             views = self._views(None)
         keys = [
-            EntityKey(join_keys=["user_id"], entity_values=[Value(string_val=u)])
-            for u in user_ids
+            EntityKey(join_keys=["user_id"], entity_values=[Value(string_val=u)]) for u in user_ids
         ]
         provider = self.store._get_provider()  # Feast's OnlineStore interface
         rows: dict[str, list[object]] = {}

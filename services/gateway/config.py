@@ -45,6 +45,12 @@ class GatewaySettings(ServiceSettings):
         description="A request slower than this end to end (or with a stage timeout) "
         "lowers the adaptive bound.",
     )
+    limit_recovery_s: float = Field(
+        1.0,
+        gt=0,
+        description="After this long without a late request or stage timeout, the adaptive "
+        "bound is back at max_in_flight: a burst after a quiet spell is not shed.",
+    )
     max_queue_ms: float = Field(
         25.0,
         gt=0,
@@ -59,12 +65,7 @@ class GatewaySettings(ServiceSettings):
 
     @model_validator(mode="after")
     def stages_fit_budget(self) -> GatewaySettings:
-        total = (
-            self.features_ms
-            + self.embed_ms
-            + self.retrieve_ms
-            + self.rank_ms
-        )
+        total = self.features_ms + self.embed_ms + self.retrieve_ms + self.rank_ms
         if total > self.budget_ms * 1.5:
             raise ValueError(f"stage budgets add up to {total} ms, far over budget_ms")
         if self.min_in_flight > self.max_in_flight:

@@ -161,6 +161,7 @@ class Gateway:
             settings.min_in_flight if settings.adaptive_limit else settings.max_in_flight,
             settings.max_in_flight,
             settings.limit_target_ms / 1000,
+            recovery_s=settings.limit_recovery_s,
         )
         LIMIT.set(self.limit.current)
 

@@ -10,6 +10,12 @@ so it is learned: a request that ends late or with a stage timeout shrinks
 the bound by ``backoff`` (at most once per ``target_s``, so one slow burst
 does not collapse it), and an on-time request grows it by 1/limit while the
 bound is actually in use.
+
+A bound learned under overload says nothing once the overload is gone: after
+``recovery_s`` without a late request it is back at the maximum. Otherwise a
+bound cut to its floor by one busy minute stays there through any quiet
+spell (growth needs the bound in use), and the next burst of a page's few
+carousels would be shed though the machine is idle.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class AdaptiveLimit:
         target_s: float,
         backoff: float = 0.9,
         clock: Callable[[], float] = time.monotonic,
+        recovery_s: float = 1.0,
     ) -> None:
         if not 1 <= minimum <= maximum:
             raise ValueError(f"need 1 <= minimum <= maximum, got {minimum}, {maximum}")
@@ -38,6 +45,7 @@ class AdaptiveLimit:
         self.target_s = target_s
         self.backoff = backoff
         self.clock = clock
+        self.recovery_s = recovery_s
         self.limit = float(maximum)
         self._last_decrease = -float("inf")
 
@@ -46,6 +54,8 @@ class AdaptiveLimit:
         return int(self.limit)
 
     def admits(self, in_flight: int) -> bool:
+        if self.limit < self.maximum and self.clock() - self._last_decrease >= self.recovery_s:
+            self.limit = float(self.maximum)  # no overload for a while: forget it
         return in_flight < self.current
 
     def record(self, latency_s: float, reason: str, in_flight: int) -> None:

@@ -354,9 +354,7 @@ class Ranker:
         if not n:
             raise InvalidArgument("item_ids", "is empty")
         if n > self.settings.max_candidates:
-            raise InvalidArgument(
-                "item_ids", f"at most {self.settings.max_candidates}, got {n}"
-            )
+            raise InvalidArgument("item_ids", f"at most {self.settings.max_candidates}, got {n}")
         if len(retrieval_scores) != n:
             raise InvalidArgument(
                 "retrieval_scores_f32", f"has {len(retrieval_scores)} values for {n} item_ids"

@@ -16,7 +16,9 @@ class Clock:
 
 
 def limit(clock: Clock, minimum: int = 2, maximum: int = 64) -> AdaptiveLimit:
-    return AdaptiveLimit(minimum, maximum, target_s=0.03, backoff=0.9, clock=clock)
+    return AdaptiveLimit(
+        minimum, maximum, target_s=0.03, backoff=0.9, clock=clock, recovery_s=100.0
+    )
 
 
 def test_starts_at_the_maximum_and_admits_below_it():
@@ -72,6 +74,19 @@ def test_on_time_requests_raise_it_only_while_it_is_in_use():
     for _ in range(3000):  # +1/limit each: about limit**2 / 2 requests to get there
         bound.record(0.01, "", in_flight=bound.current)
     assert bound.current == 64  # and never past the maximum
+
+
+def test_a_quiet_spell_restores_the_maximum_so_a_burst_is_not_shed():
+    clock = Clock()
+    bound = AdaptiveLimit(2, 64, target_s=0.03, clock=clock, recovery_s=1.0)
+    for _ in range(100):  # overload: a late request every target interval
+        clock.now += 0.03
+        bound.record(1.0, "", in_flight=2)
+    assert not bound.admits(2)
+    clock.now += 0.5  # overload just ended: still bounded
+    assert bound.current == 2 and not bound.admits(2)
+    clock.now += 0.5  # a second without a late request
+    assert all(bound.admits(n) for n in range(32)) and bound.current == 64
 
 
 def test_settings_refuse_a_minimum_above_the_maximum():
