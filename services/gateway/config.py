@@ -27,6 +27,12 @@ class GatewaySettings(ServiceSettings):
         1.0, gt=0, description="Below this much budget a stage is not attempted: fallback."
     )
     candidates: int = Field(200, ge=1, le=1000, description="Retrieved before ranking.")
+    user_vector_cache_size: int = Field(
+        50_000,
+        ge=0,
+        description="User vectors kept, keyed by the profile the user tower reads and the "
+        "model version (never stale); a hit skips the embed stage. 0: off.",
+    )
     max_in_flight: int = Field(
         64, ge=1, description="Requests served at once; past it, answered from the fallback."
     )

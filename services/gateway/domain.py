@@ -43,6 +43,7 @@ from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.fallback import PopularItems
 from services.gateway.limiter import AdaptiveLimit
+from services.gateway.user_vectors import UserVectors
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("recserve.gateway")
@@ -88,6 +89,12 @@ class Item:
     score: float
     title: str
     categories: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vector_f32: bytes
+    model_version: str
 
 
 @dataclass
@@ -152,6 +159,7 @@ class Gateway:
     ) -> None:
         self.settings = settings
         self.descriptions = descriptions if descriptions is not None else ItemDescriptions()
+        self.user_vectors = UserVectors(settings.user_vector_cache_size)
         self.features = features
         self.retriever = retriever
         self.ranker = ranker
@@ -344,19 +352,30 @@ class Gateway:
         )
         return reply.user
 
-    async def _embed(
-        self, user: fpb.UserFeatures, budget: Budget, answer: Answer
-    ) -> rpb.EmbedUserResponse:
-        return await self._stage(
+    async def _embed(self, profile: fpb.UserFeatures, budget: Budget, answer: Answer) -> Embedded:
+        """The user's vector: from the cache when this profile was embedded by
+        the model version in use, else from the ranker (and cached)."""
+        key = UserVectors.key(profile)
+        cached = self.user_vectors.get(key)
+        if cached is not None:
+            with tracer.start_as_current_span("gateway.embed") as span:
+                span.set_attribute(attr.STAGE, "embed")
+                span.set_attribute(attr.CACHE_HITS, 1)
+            STAGE_CHILDREN["embed"].observe(0.0)
+            answer.timings.append(("embed", 0.0))
+            return Embedded(*cached)
+        reply = await self._stage(
             "embed",
             "RANKER",
             self.settings.embed_ms,
             budget,
             answer,
             lambda t: self.ranker.EmbedUser(
-                rpb.EmbedUserRequest(user=user), timeout=t, metadata=outbound_metadata()
+                rpb.EmbedUserRequest(user=profile), timeout=t, metadata=outbound_metadata()
             ),
         )
+        self.user_vectors.put(key, reply.vector_f32, reply.model_version)
+        return Embedded(reply.vector_f32, reply.model_version)
 
     async def _recommend(self, query: Query, budget: Budget, answer: Answer) -> Answer:
         user = await self._user(query, budget, answer)
@@ -397,7 +416,7 @@ class Gateway:
             keep = [n for n, i in enumerate(ids) if i not in blocked]
             ids, scores = [ids[n] for n in keep], scores[keep]
         return await self._rank_and_merge(
-            query, profile, embedded.vector_f32, ids, scores, budget, answer, seen, user
+            query, profile, embedded, ids, scores, budget, answer, seen, user
         )
 
     async def _similar(self, query: Query, budget: Budget, answer: Answer) -> Answer:
@@ -430,18 +449,18 @@ class Gateway:
         ids = [c.item_id for c in hits]
         scores = np.fromiter((c.score for c in hits), np.float32, len(hits))
         if user is None or not user.found:
-            return await self._rank_and_merge(query, None, b"", ids, scores, budget, answer, seen)
+            return await self._rank_and_merge(query, None, None, ids, scores, budget, answer, seen)
         profile = ranker_profile(user)
         embedded = await self._embed(profile, budget, answer)
         return await self._rank_and_merge(
-            query, profile, embedded.vector_f32, ids, scores, budget, answer, seen, user
+            query, profile, embedded, ids, scores, budget, answer, seen, user
         )
 
     async def _rank_and_merge(
         self,
         query: Query,
         profile: fpb.UserFeatures | None,
-        user_vector: bytes,
+        embedded: Embedded | None,
         ids: Sequence[str],
         retrieval_scores: np.ndarray,
         budget: Budget,
@@ -454,7 +473,7 @@ class Gateway:
             reason = "RETRIEVER_UNAVAILABLE"
             return await self._personal_fallback(answer, reason, query, seen, user, budget)
         scores = retrieval_scores
-        if profile is not None:
+        if profile is not None and embedded is not None:
             if self.settings.stage_delay_ms:
                 await asyncio.sleep(self.settings.stage_delay_ms / 1000)
             try:
@@ -467,7 +486,8 @@ class Gateway:
                     lambda t: self.ranker.Score(
                         rpb.ScoreRequest(
                             user=profile,
-                            user_vector_f32=user_vector,
+                            user_vector_f32=embedded.vector_f32,
+                            user_vector_version=embedded.model_version,
                             item_ids=ids,
                             retrieval_scores_f32=retrieval_scores.tobytes(),
                         ),
@@ -477,6 +497,7 @@ class Gateway:
                 )
                 scores = np.asarray(ranked.scores, dtype=np.float32)
                 answer.model_version = ranked.model_version
+                self.user_vectors.saw_version(ranked.model_version)
             except StageFailed as failure:
                 # Retrieval order is still personal: better than popularity.
                 answer.degraded = True

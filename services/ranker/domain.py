@@ -230,6 +230,9 @@ class Ranker:
             self.settings.ranking_model, target.ranking_model_version, ranking, "score", 30.0
         )
 
+    def current_version(self) -> str:
+        return self.loaded.version if self.loaded is not None else ""
+
     def _current(self) -> Loaded:
         if self.loaded is None:
             raise Unavailable("no model loaded yet")

@@ -88,7 +88,10 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext
     ) -> pb.ScoreResponse:
         vector = None
-        if request.user_vector_f32:
+        version = request.user_vector_version
+        if version and version != self.ranker.current_version():
+            vector = None  # another model version's vector: the ranker embeds the user itself
+        elif request.user_vector_f32:
             vector = f32(request.user_vector_f32, "user_vector_f32")
         elif request.user_vector:
             vector = np.asarray(request.user_vector, dtype=np.float32)

@@ -1,0 +1,36 @@
+"""The gateway's user-vector cache: keyed by what the user tower reads,
+never serving another model version's vector."""
+
+from recserve.features.v1 import features_pb2 as fpb
+from services.gateway.user_vectors import UserVectors
+
+
+def profile(rating_count: int, recent=("1", "2")) -> fpb.UserFeatures:
+    return fpb.UserFeatures(
+        user_id="7", found=True, age=30, rating_count=rating_count, recent_item_ids=list(recent)
+    )
+
+
+def test_a_changed_profile_or_model_version_is_a_miss():
+    cache = UserVectors(size=10)
+    key = UserVectors.key(profile(5))
+    assert cache.get(key) is None
+    cache.put(key, b"v1-vector", "v1")
+    assert cache.get(UserVectors.key(profile(5))) == (b"v1-vector", "v1")
+    assert cache.get(UserVectors.key(profile(6))) is None  # a push changed the user
+    assert cache.get(UserVectors.key(profile(5, ("3", "1", "2")))) is None
+    cache.saw_version("v2")  # the ranker moved on
+    assert cache.get(key) is None
+
+
+def test_bounded_least_recently_used_first_and_off_at_zero():
+    cache = UserVectors(size=2)
+    keys = [UserVectors.key(profile(n)) for n in range(3)]
+    cache.put(keys[0], b"a", "v")
+    cache.put(keys[1], b"b", "v")
+    assert cache.get(keys[0]) == (b"a", "v")  # now the most recent
+    cache.put(keys[2], b"c", "v")
+    assert len(cache) == 2 and cache.get(keys[1]) is None and cache.get(keys[0]) is not None
+    off = UserVectors(size=0)
+    off.put(keys[0], b"a", "v")
+    assert off.get(keys[0]) is None and len(off) == 0
