@@ -71,15 +71,15 @@ class FeaturesServicer(features_pb2_grpc.FeatureServiceServicer):
 
     async def WatchItemFeatures(
         self, request: pb.WatchItemFeaturesRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ItemFeaturesUpdate]:
+    ) -> AsyncIterator[pb.WatchItemFeaturesResponse]:
         async for listing in self.features.catalogue.watch():
             messages = [item_message(r) for r in listing.records]
             if not listing.reset:
-                yield pb.ItemFeaturesUpdate(items=messages, version=listing.version)
+                yield pb.WatchItemFeaturesResponse(items=messages, version=listing.version)
                 continue
             starts = range(0, max(len(messages), 1), WATCH_CHUNK)
             for n, start in enumerate(starts):
-                yield pb.ItemFeaturesUpdate(
+                yield pb.WatchItemFeaturesResponse(
                     reset=n == 0,
                     items=messages[start : start + WATCH_CHUNK],
                     synced=n == len(starts) - 1,
