@@ -1,5 +1,6 @@
 """One wrapper per RPC method, built once at registration: error mapping, the
-server span and the latency metric, with no per-call interceptor.
+server span and the latency metric, with no per-call interceptor; and a
+request parser that turns a malformed message into INVALID_ARGUMENT.
 
 grpc.aio's server interceptors run ``intercept_service`` for every call and
 build a new handler each time, and OpenTelemetry's aio instrumentation adds a
@@ -9,18 +10,24 @@ generated ``add_*_to_server`` reads its methods, so each call runs one plain
 coroutine: extract the caller's trace context, open the server span (a cheap
 non-recording one when the trace is not sampled), run the method, map domain
 errors to statuses, observe the duration through a pre-bound metric child.
+
+Handlers are built from the proto's service descriptor (``method_handlers``),
+so a body that does not parse reaches the wrapper as ``Malformed`` and is
+answered INVALID_ARGUMENT with a plain message; left to grpc, it was UNKNOWN
+with the exception's class name and a traceback in the log per request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import DecodeError, Message
 from opentelemetry import trace
 from prometheus_client import Histogram
 
@@ -37,6 +44,33 @@ RPC_DURATION = Histogram(
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.1, 0.2, 0.5, 1.0, 5.0),
 )
 INTERNAL_MESSAGE = "internal error; see the server log for this trace id"
+
+
+class Malformed:
+    """Stands for a request body that is not a valid message of its type."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def _parser(message_class: type[Message]) -> Callable[[bytes], Message | Malformed]:
+    parse = message_class.FromString
+    type_name = message_class.DESCRIPTOR.full_name
+
+    def parse_or_flag(data: bytes) -> Message | Malformed:
+        try:
+            return parse(data)
+        except DecodeError:
+            return Malformed(type_name)
+
+    return parse_or_flag
+
+
+async def _refuse_malformed(request: Malformed, context: grpc.aio.ServicerContext) -> None:
+    await context.abort(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"request: not a valid {request.type_name} message (malformed protobuf)",
+    )
 
 
 class _Durations:
@@ -83,6 +117,9 @@ def wrap_unary(
     attributes = {"rpc.system": "grpc", "rpc.service": full_service, "rpc.method": method}
 
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, Malformed):
+            durations.observe(grpc.StatusCode.INVALID_ARGUMENT, 0.0)
+            await _refuse_malformed(request, context)
         started = time.perf_counter()
         code = grpc.StatusCode.OK
         parent = inbound_context(context.invocation_metadata())
@@ -116,6 +153,8 @@ def wrap_stream(
     """Server-streaming methods: error mapping only (they are long-lived watches)."""
 
     async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        if isinstance(request, Malformed):
+            await _refuse_malformed(request, context)
         try:
             async for message in inner(request, context):
                 yield message
@@ -127,18 +166,29 @@ def wrap_stream(
     return streaming
 
 
-class InstrumentedServicer:
-    """Stands in for a servicer while the generated code registers it."""
-
-    def __init__(self, servicer: Any, full_service: str, service: str) -> None:
-        self._servicer = servicer
-        self._full_service = full_service
-        self._service = service
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._servicer, name)
-        if not name[:1].isupper() or not callable(value):
-            return value
-        if inspect.isasyncgenfunction(value):
-            return wrap_stream(self._full_service, name, value, self._service)
-        return wrap_unary(self._full_service, name, value, self._service)
+def method_handlers(
+    servicer: Any, full_service: str, service: str
+) -> dict[str, grpc.RpcMethodHandler]:
+    """A handler per method of ``full_service`` (its pb2 module imported),
+    each wrapped once, with a parser that flags malformed requests."""
+    descriptor = descriptor_pool.Default().FindServiceByName(full_service)
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in descriptor.methods:
+        request_class = message_factory.GetMessageClass(method.input_type)
+        response_class = message_factory.GetMessageClass(method.output_type)
+        inner = getattr(servicer, method.name)
+        if method.client_streaming:
+            raise ValueError(f"{full_service}/{method.name}: client streaming is not supported")
+        if method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                wrap_stream(full_service, method.name, inner, service),
+                request_deserializer=_parser(request_class),
+                response_serializer=response_class.SerializeToString,
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                wrap_unary(full_service, method.name, inner, service),
+                request_deserializer=_parser(request_class),
+                response_serializer=response_class.SerializeToString,
+            )
+    return handlers

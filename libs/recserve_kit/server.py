@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from recserve_kit.config import ServiceSettings
 from recserve_kit.health import DependencyProbe, HealthStatus
 from recserve_kit.logs import setup_logging
-from recserve_kit.rpc import RPC_DURATION, InstrumentedServicer  # noqa: F401  (re-exported)
+from recserve_kit.rpc import RPC_DURATION, method_handlers  # noqa: F401  (re-exported)
 from recserve_kit.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
@@ -32,9 +32,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Registration:
-    """A servicer and the generated function that adds it to a server."""
+    """A servicer and the full name of the proto service it implements."""
 
-    add_to_server: Callable[[Any, grpc.aio.Server], None]
     servicer: Any
     full_name: str  # e.g. "recserve.ranker.v1.RankerService"
 
@@ -101,8 +100,11 @@ def build_server(
     for registration in registrations:
         # Our servicers get one wrapper per method (errors, span, metric);
         # health and reflection stay bare: probes need no span.
-        wrapped = InstrumentedServicer(registration.servicer, registration.full_name, name)
-        registration.add_to_server(wrapped, server)
+        handlers = method_handlers(registration.servicer, registration.full_name, name)
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(registration.full_name, handlers),)
+        )
+        server.add_registered_method_handlers(registration.full_name, handlers)
     names = [r.full_name for r in registrations]
     health_status = HealthStatus(
         names,

@@ -33,6 +33,7 @@ from prometheus_client import Counter
 from recserve_model import published
 
 from recserve_kit.errors import InvalidArgument
+from recserve_kit.validation import check_id
 from services.features.catalogue import Catalogue
 from services.features.config import FeaturesSettings
 from services.features.feature_repo import ITEM_PUSH_SOURCE, USER_PUSH_SOURCE
@@ -40,7 +41,6 @@ from services.features.feature_repo import ITEM_PUSH_SOURCE, USER_PUSH_SOURCE
 log = logging.getLogger(__name__)
 
 CACHE = Counter("recserve_feature_cache_total", "Item-feature cache lookups.", ["result"])
-MAX_ID_LEN = 128
 RECENT_ITEMS = 20
 SEEN_ITEMS = 1000
 
@@ -86,13 +86,6 @@ class Activity:
     mean_rating: float
     recent: list[str] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
-
-
-def check_id(value: str, name: str) -> None:
-    if not value:
-        raise InvalidArgument(name, "is empty")
-    if len(value) > MAX_ID_LEN:
-        raise InvalidArgument(name, f"longer than {MAX_ID_LEN} characters")
 
 
 def _plain(value: Value | None) -> object:

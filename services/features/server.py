@@ -9,7 +9,6 @@ import pandas as pd
 from feast import FeatureStore
 from recserve_model import artifacts
 
-from recserve.features.v1 import features_pb2_grpc
 from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
 from services.features.config import FeaturesSettings
@@ -54,7 +53,6 @@ async def create_server(settings: FeaturesSettings) -> Service:
         settings,
         [
             Registration(
-                features_pb2_grpc.add_FeatureServiceServicer_to_server,
                 FeaturesServicer(features),
                 SERVICE_NAME,
             )

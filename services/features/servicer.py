@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC
+from datetime import UTC, datetime
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from recserve.features.v1 import features_pb2 as pb
 from recserve.features.v1 import features_pb2_grpc
+from recserve_kit.errors import InvalidArgument
 from services.features.domain import Event, Features, ItemRecord, UserRecord
 
 
@@ -40,6 +42,16 @@ def item_message(record: ItemRecord) -> pb.ItemFeatures:
     )
 
 
+# google.protobuf.Timestamp's valid range: 0001-01-01 to 9999-12-31.
+MIN_SECONDS, MAX_SECONDS = -62_135_596_800, 253_402_300_799
+
+
+def event_time(stamp: Timestamp, n: int) -> datetime:
+    if not MIN_SECONDS <= stamp.seconds <= MAX_SECONDS or not 0 <= stamp.nanos < 10**9:
+        raise InvalidArgument(f"events[{n}].event_time", "is not a valid timestamp")
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
 WATCH_CHUNK = 1000  # items per message of a full listing (messages stay far below 4 MB)
 
 
@@ -64,8 +76,8 @@ class FeaturesServicer(features_pb2_grpc.FeatureServiceServicer):
         self, request: pb.PushUserEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.PushUserEventsResponse:
         events = [
-            Event(e.user_id, e.item_id, e.rating, e.event_time.ToDatetime(tzinfo=UTC))
-            for e in request.events
+            Event(e.user_id, e.item_id, e.rating, event_time(e.event_time, n))
+            for n, e in enumerate(request.events)
         ]
         return pb.PushUserEventsResponse(accepted=await self.features.push(events))
 

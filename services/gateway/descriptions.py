@@ -14,16 +14,19 @@ Description = tuple[str, tuple[str, ...]]  # title, categories
 class ItemDescriptions:
     def __init__(self) -> None:
         self.by_id: dict[str, Description] = {}
+        self.categories: frozenset[str] = frozenset()  # every category an item has
 
     def __len__(self) -> int:
         return len(self.by_id)
 
     def replace(self, items: Sequence[fpb.ItemFeatures], version: str = "") -> None:
         self.by_id = {i.item_id: (i.title, tuple(i.categories)) for i in items}
+        self.categories = frozenset(c for i in items for c in i.categories)
 
     def update(self, items: Sequence[fpb.ItemFeatures]) -> None:
         for i in items:
             self.by_id[i.item_id] = (i.title, tuple(i.categories))
+        self.categories |= {c for i in items for c in i.categories}
 
     def get(self, item_id: str) -> Description | None:
         return self.by_id.get(item_id)

@@ -39,6 +39,7 @@ from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit import attributes as attr
 from recserve_kit.errors import InvalidArgument, NotFound
 from recserve_kit.tracing import outbound_metadata
+from recserve_kit.validation import check_id, check_ids
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.fallback import PopularItems
@@ -134,17 +135,26 @@ class Budget:
         return timeout
 
 
-def check_query(query: Query, need_user: bool) -> None:
+def check_query(query: Query, need_user: bool, known_categories: frozenset[str]) -> None:
+    """The public edge's checks: a bad request is the caller's error, never
+    a degraded answer that looks like an outage."""
     if need_user and not query.user_id:
         raise InvalidArgument("user_id", "is required")
-    if len(query.user_id) > 128:
-        raise InvalidArgument("user_id", "longer than 128 characters")
+    if query.user_id:
+        check_id(query.user_id, "user_id")
+    if query.item_id:
+        check_id(query.item_id, "item_id")
     if not 1 <= query.k <= MAX_K:
         raise InvalidArgument("k", f"must be between 1 and {MAX_K}, got {query.k}")
     if len(query.categories) > MAX_FILTER_VALUES or any(not c for c in query.categories):
         raise InvalidArgument("filter.categories", f"at most {MAX_FILTER_VALUES} non-empty values")
+    if known_categories:  # known once the catalogue (or the popular lists) arrived
+        unknown = [c for c in query.categories if c not in known_categories]
+        if unknown:
+            raise InvalidArgument("filter.categories", f"unknown category {unknown[0][:64]!r}")
     if len(query.exclude_item_ids) > MAX_FILTER_VALUES:
         raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} ids")
+    check_ids(query.exclude_item_ids, "filter.exclude_item_ids")
 
 
 class Gateway:
@@ -195,6 +205,10 @@ class Gateway:
                 code = exc.code()
                 if code == grpc.StatusCode.NOT_FOUND:
                     raise NotFound(exc.details() or "not found") from None
+                if code == grpc.StatusCode.INVALID_ARGUMENT:
+                    # The backend refused what the caller sent: the caller's error.
+                    field, _, problem = (exc.details() or "request: invalid").partition(": ")
+                    raise InvalidArgument(field, problem or "invalid") from None
                 failure = "TIMEOUT" if code == grpc.StatusCode.DEADLINE_EXCEEDED else "UNAVAILABLE"
                 if code not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
                     log.warning("%s stage failed with %s: %s", name, code.name, exc.details())
@@ -237,6 +251,9 @@ class Gateway:
         span.set_attribute(attr.DEGRADED_REASON, reason)
         answer.timings.append(("fallback", (time.perf_counter() - started) * 1000))
         return answer
+
+    def known_categories(self) -> frozenset[str]:
+        return self.descriptions.categories or frozenset(self.popular.by_category)
 
     def _describe(self, item_id: str, score: float) -> Item:
         """An item with its title and categories, as far as they are known here."""
@@ -295,13 +312,13 @@ class Gateway:
     async def recommend(
         self, query: Query, caller_remaining_s: float | None, queued_s: float = 0.0
     ) -> Answer:
-        check_query(query, need_user=True)
+        check_query(query, need_user=True, known_categories=self.known_categories())
         return await self._guarded(query, caller_remaining_s, queued_s, self._recommend)
 
     async def similar(
         self, query: Query, caller_remaining_s: float | None, queued_s: float = 0.0
     ) -> Answer:
-        check_query(query, need_user=False)
+        check_query(query, need_user=False, known_categories=self.known_categories())
         if not query.item_id:
             raise InvalidArgument("item_id", "is required")
         return await self._guarded(query, caller_remaining_s, queued_s, self._similar)
@@ -470,8 +487,10 @@ class Gateway:
     ) -> Answer:
         trace.get_current_span().set_attribute(attr.CANDIDATES, len(ids))
         if not ids:
-            reason = "RETRIEVER_UNAVAILABLE"
-            return await self._personal_fallback(answer, reason, query, seen, user, budget)
+            # Nothing passes the filters (every match seen or excluded): an
+            # empty answer, not an outage.
+            answer.items = []
+            return answer
         scores = retrieval_scores
         if profile is not None and embedded is not None:
             if self.settings.stage_delay_ms:

@@ -11,7 +11,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2_grpc
-from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
@@ -89,7 +88,6 @@ async def create_server(settings: GatewaySettings) -> Service:
         settings,
         [
             Registration(
-                recommend_pb2_grpc.add_RecommendServiceServicer_to_server,
                 GatewayServicer(gateway),
                 SERVICE_NAME,
             )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import grpc
 
-from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.server import Registration, Service, build_server
@@ -24,7 +23,6 @@ async def create_server(settings: RankerSettings) -> Service:
         settings,
         [
             Registration(
-                ranker_pb2_grpc.add_RankerServiceServicer_to_server,
                 RankerServicer(ranker),
                 SERVICE_NAME,
             )

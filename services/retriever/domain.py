@@ -24,12 +24,12 @@ import pyarrow.parquet as pq
 from recserve_model import artifacts
 
 from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound
+from recserve_kit.validation import check_id
 from services.retriever.config import RetrieverSettings
 from services.retriever.store import ItemRecord, SearchFilter, StoreInfo, VectorStore
 
 log = logging.getLogger(__name__)
 
-MAX_ID_LEN = 128
 # (item_id, vector, categories, active, title, year) as a caller sent it.
 RawItem = tuple[str, Sequence[float], Sequence[str], bool, str, int]
 MAX_FILTER_VALUES = 1000
@@ -138,13 +138,6 @@ def check_filter(flt: SearchFilter) -> None:
         raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} values")
     if any(not c for c in flt.categories):
         raise InvalidArgument("filter.categories", "empty category")
-
-
-def check_id(item_id: str, field: str) -> None:
-    if not item_id:
-        raise InvalidArgument(field, "is empty")
-    if len(item_id) > MAX_ID_LEN:
-        raise InvalidArgument(field, f"longer than {MAX_ID_LEN} characters")
 
 
 class Retriever:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
 from services.retriever.config import RetrieverSettings
@@ -55,7 +54,6 @@ async def create_server(settings: RetrieverSettings) -> Service:
         settings,
         [
             Registration(
-                retriever_pb2_grpc.add_RetrieverServiceServicer_to_server,
                 RetrieverServicer(retriever),
                 SERVICE_NAME,
             )

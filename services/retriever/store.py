@@ -14,6 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
+from recserve_kit.validation import is_decimal
+
 MAX_NUMERIC_ID = (1 << 63) - 1
 
 # Filters match the keyword field ``state`` rather than the bool ``active``:
@@ -31,7 +33,7 @@ def soft_deleted_payload() -> dict[str, object]:
 
 
 def point_id(item_id: str) -> int:
-    if item_id.isdigit() and len(item_id) < 19 and not (len(item_id) > 1 and item_id[0] == "0"):
+    if is_decimal(item_id) and len(item_id) < 19 and not (len(item_id) > 1 and item_id[0] == "0"):
         return int(item_id)
     digest = hashlib.blake2b(item_id.encode(), digest_size=8).digest()
     # High bit set keeps hashed ids apart from every decimal id below 2**63.

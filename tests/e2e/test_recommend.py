@@ -112,6 +112,65 @@ def test_bad_input_names_the_field(stub, request_fields, field):
     assert raised.value.details().startswith(field + ":")
 
 
+def test_bad_ids_and_unknown_categories_are_client_errors_not_outages(stack, stub):
+    """Issue 16, findings 3 and 5: these were degraded answers counted as
+    RETRIEVER_UNAVAILABLE (an outage anyone could inflate) or aliased ids."""
+    full_answer(stub)
+    before = outages(stack)
+    cases = [
+        (stub.SimilarItems, pb.SimilarItemsRequest(item_id="x" * 129, k=5), "item_id"),
+        (stub.SimilarItems, pb.SimilarItemsRequest(item_id="\u2460", k=5), "item_id"),
+        (
+            stub.SimilarItems,
+            pb.SimilarItemsRequest(item_id="1", k=5, filter=pb.ItemFilter(categories=["comedy"])),
+            "filter.categories",
+        ),
+        (
+            stub.Recommend,
+            pb.RecommendRequest(user_id="42", k=5, filter=pb.ItemFilter(categories=["comedy"])),
+            "filter.categories",
+        ),
+        (
+            stub.Recommend,
+            pb.RecommendRequest(
+                user_id="42", k=5, filter=pb.ItemFilter(exclude_item_ids=["1", "\u00b2"])
+            ),
+            "filter.exclude_item_ids[1]",
+        ),
+        (stub.Recommend, pb.RecommendRequest(user_id="\u0664\u0662", k=5), "user_id"),
+    ]
+    for call, request, field in cases:
+        with pytest.raises(grpc.RpcError) as raised:
+            call(request, timeout=2)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+        assert raised.value.details().startswith(field + ":"), raised.value.details()
+    assert outages(stack) == before
+
+
+def outages(stack):
+    """Degraded answers counted as a retriever outage so far (0 before the first)."""
+    try:
+        return gateway_metric(
+            stack, 'recserve_gateway_fallback_total{reason="retriever_unavailable"}'
+        )
+    except AssertionError:
+        return 0.0
+
+
+def test_a_malformed_body_through_envoy_is_invalid_argument(stack):
+    """Finding 2: the issue's reproducer frame got UNKNOWN naming DecodeError."""
+    with grpc.insecure_channel(stack.envoy_address) as channel:
+        raw = channel.unary_unary(
+            "/recserve.recommend.v1.RecommendService/Recommend",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
+        with pytest.raises(grpc.RpcError) as raised:
+            raw(bytes.fromhex("12 02 ff fe 18 03"), timeout=2)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "DecodeError" not in raised.value.details()
+
+
 def component_pid(stack, marker):
     for process in stack.descendants():
         if marker in " ".join(process.cmdline()):
@@ -139,6 +198,15 @@ def precomputed(stack):
     return {u: list(items) for u, items in zip(frame["user_id"], frame["item_ids"], strict=True)}
 
 
+# Users no earlier request embedded (a vector of theirs is not cached), per case.
+FRESH_USERS = {
+    "services.features": ("901", "902"),
+    "services.retriever": ("903", "904"),
+    "services.ranker": ("905", "906"),
+    "tritonserver": ("907", "908"),
+}
+
+
 @pytest.mark.parametrize(
     "marker, reasons, source",
     [
@@ -153,19 +221,26 @@ def precomputed(stack):
 def test_each_dependency_down_degrades_then_recovers(
     stack, stub, precomputed, marker, reasons, source
 ):
-    full_answer(stub)
+    warm = ("1", "2", "3")
+    for user_id in warm:  # their user vectors are in the gateway's cache now
+        full_answer(stub, user_id)
+    ranking_down = marker in ("services.ranker", "tritonserver")
     with frozen(stack, marker):
-        for user_id in ("1", "2", "3"):
+        for user_id in (*warm, *FRESH_USERS[marker]):
             reply = stub.Recommend(
                 pb.RecommendRequest(user_id=user_id, k=10, debug=True), timeout=2
             )
             assert reply.degraded, marker
             assert REASON(reply.degraded_reason).removeprefix("DEGRADED_REASON_") in reasons
-            assert pb.FallbackSource.Name(reply.fallback_source) == f"FALLBACK_SOURCE_{source}"
+            expected = source
+            if ranking_down and user_id in warm:
+                # Cached vector: retrieval ran, only scoring failed.
+                expected = "RETRIEVAL_ORDER"
+            assert pb.FallbackSource.Name(reply.fallback_source) == f"FALLBACK_SOURCE_{expected}"
             assert len(reply.items) == 10
-            if source == "PRECOMPUTED":
+            assert all(i.title and i.categories for i in reply.items)
+            if expected == "PRECOMPUTED":
                 assert [i.item_id for i in reply.items] == precomputed[user_id][:10]
-                assert all(i.title and i.categories for i in reply.items)  # from features
             # The budget held: no stage ran past the whole request's budget.
             assert sum(t.duration_ms for t in reply.stage_timings) < 100 + 25
     reply = full_answer(stub, "1")

@@ -191,6 +191,28 @@ async def test_bad_input_is_refused_whole_with_the_field_named(features):
             ),
             "events[0].event_time",
         ),
+        (  # issue 16, finding 4: out of Timestamp's range was INTERNAL
+            stub.PushUserEvents,
+            pb.PushUserEventsRequest(
+                events=[
+                    pb.UserEvent(user_id="8", item_id="1", rating=4, event_time=when),
+                    pb.UserEvent(
+                        user_id="8", item_id="1", rating=4, event_time=Timestamp(seconds=10**12)
+                    ),
+                ]
+            ),
+            "events[1].event_time",
+        ),
+        (  # finding 3: Unicode digits are not ids
+            stub.PushUserEvents,
+            pb.PushUserEventsRequest(
+                events=[
+                    pb.UserEvent(user_id="8", item_id="\u0664\u0662", rating=4, event_time=when)
+                ]
+            ),
+            "events[0].item_id",
+        ),
+        (stub.GetUserFeatures, pb.GetUserFeaturesRequest(user_id="\u00b2"), "user_id"),
     ]
     for call, request, field in cases:
         with pytest.raises(grpc.aio.AioRpcError) as raised:

@@ -368,6 +368,7 @@ async def test_not_serving_while_triton_is_down(setup, tmp_path):
     root, repository, _ = setup
     server = start_triton(tmp_path / "t", repository, ["user_tower", "ranker"])
     ports = server.ports
+    service = channel = None
     try:
         await apoll_until(lambda: asyncio.to_thread(server.ready), 120)
         settings = RankerSettings(
@@ -384,8 +385,10 @@ async def test_not_serving_while_triton_is_down(setup, tmp_path):
         health = health_pb2_grpc.HealthStub(channel)
 
         async def status_is(wanted):
-            reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
-            return reply.status == wanted
+            # Triton's own status: overall readiness also waits for the item
+            # table, which needs a features service (the columns test covers it).
+            request = health_pb2.HealthCheckRequest(service="dependency/triton")
+            return (await health.Check(request)).status == wanted
 
         serving = health_pb2.HealthCheckResponse.SERVING
         not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -394,9 +397,13 @@ async def test_not_serving_while_triton_is_down(setup, tmp_path):
         await apoll_until(lambda: status_is(not_serving), 30)
         server = start_triton(tmp_path / "t", repository, ["user_tower", "ranker"], ports)
         await apoll_until(lambda: status_is(serving), 120)
-        await channel.close()
-        await service.stop(0)
     finally:
+        # Stopped even when an assertion failed: a grpc.aio server or channel
+        # left to the garbage collector in a later test's loop can hang pytest.
+        if channel is not None:
+            await channel.close()
+        if service is not None:
+            await service.stop(0)
         server.stop()
 
 

@@ -156,9 +156,14 @@ async def test_upsert_is_visible_to_the_next_search_and_hard_delete_removes(retr
     assert reply.items[0].item_id != "sku-new"
 
 
+WIDE_9000000042 = "".join(chr(0xFF10 + int(d)) for d in "9000000042")
+
+
 async def test_bad_input_is_rejected_whole_with_the_field_named(retriever, items):
     stub, _ = retriever
     _, vectors = items
+    kept = pb.Item(item_id="9000000042", vector=vectors[1], active=True)
+    await stub.UpsertItems(pb.UpsertItemsRequest(items=[kept]))
     good = pb.Item(item_id="ok-1", vector=vectors[0], active=True)
     bad = pb.Item(item_id="bad-1", vector=vectors[0][:10], active=True)
     with pytest.raises(grpc.aio.AioRpcError) as raised:
@@ -175,6 +180,13 @@ async def test_bad_input_is_rejected_whole_with_the_field_named(retriever, items
         (stub.DeleteItems, pb.DeleteItemsRequest(item_ids=["1"]), "mode"),
         (stub.DeleteItems, pb.DeleteItemsRequest(mode=pb.DELETE_MODE_SOFT), "item_ids"),
         (stub.UpsertItems, pb.UpsertItemsRequest(items=[good, good]), "items[1].item_id"),
+        # Issue 16, finding 3: wide digits deleted item 9000000042; "\u2460" crashed.
+        (
+            stub.DeleteItems,
+            pb.DeleteItemsRequest(item_ids=[WIDE_9000000042], mode=pb.DELETE_MODE_HARD),
+            "item_ids[0]",
+        ),
+        (stub.SimilarItems, pb.SimilarItemsRequest(item_id="\u2460", k=5), "item_id"),
     ]
     for call, request, field in cases:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
@@ -184,6 +196,12 @@ async def test_bad_input_is_rejected_whole_with_the_field_named(retriever, items
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await stub.SimilarItems(pb.SimilarItemsRequest(item_id="no-such-item", k=5))
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    # Nothing was deleted by the refused wide-digit id, and a Unicode exclusion
+    # cannot crash a search (it never matches a decimal point id).
+    similar = await stub.SimilarItems(pb.SimilarItemsRequest(item_id="9000000042", k=3))
+    assert len(similar.items) == 3
+    odd = pb.SearchFilter(exclude_item_ids=["\u00b2", "\u0664\u0662"])
+    assert len((await stub.Search(pb.SearchRequest(vector=vectors[0], k=5, filter=odd))).items) == 5
 
 
 async def test_similar_items_exclude_the_item_itself(retriever, items):

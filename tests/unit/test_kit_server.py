@@ -62,11 +62,7 @@ async def test_health_follows_dependency_probes(settings):
     service = build_server(
         "test",
         settings,
-        [
-            Registration(
-                features_pb2_grpc.add_FeatureServiceServicer_to_server, SlowFeatures(), SERVICE
-            )
-        ],
+        [Registration(SlowFeatures(), SERVICE)],
         probes=[DependencyProbe("store", check, interval_s=0.02)],
     )
     await service.start()
@@ -92,7 +88,7 @@ async def test_graceful_shutdown_finishes_in_flight_call(settings):
     service = build_server(
         "test",
         settings,
-        [Registration(features_pb2_grpc.add_FeatureServiceServicer_to_server, servicer, SERVICE)],
+        [Registration(servicer, SERVICE)],
     )
     await service.start()
     async with grpc.aio.insecure_channel(service.address) as channel:
@@ -115,11 +111,7 @@ async def test_domain_errors_map_to_status_without_leaking_text(settings):
     service = build_server(
         "test",
         settings,
-        [
-            Registration(
-                features_pb2_grpc.add_FeatureServiceServicer_to_server, SlowFeatures(), SERVICE
-            )
-        ],
+        [Registration(SlowFeatures(), SERVICE)],
     )
     await service.start()
     try:
@@ -136,5 +128,27 @@ async def test_domain_errors_map_to_status_without_leaking_text(settings):
             with pytest.raises(grpc.aio.AioRpcError) as unbuilt:
                 await stub.PushUserEvents(features_pb2.PushUserEventsRequest())
             assert unbuilt.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        await service.stop(0)
+
+
+async def test_a_malformed_body_is_invalid_argument_not_unknown(settings, caplog):
+    """Issue 16, finding 2: bytes that are not the request message get a plain
+    INVALID_ARGUMENT, not UNKNOWN with a class name and a traceback per call."""
+    service = build_server("test", settings, [Registration(SlowFeatures(), SERVICE)])
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            raw = channel.unary_unary(
+                f"/{SERVICE}/GetUserFeatures",
+                request_serializer=lambda b: b,
+                response_deserializer=lambda b: b,
+            )
+            with caplog.at_level("ERROR"), pytest.raises(grpc.aio.AioRpcError) as bad:
+                await raw(bytes.fromhex("0a 02 ff fe"), timeout=2)  # user_id: not UTF-8
+            assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert bad.value.details().startswith("request: not a valid")
+            assert "class" not in bad.value.details()
+            assert not [r for r in caplog.records if r.levelname == "ERROR"]
     finally:
         await service.stop(0)
