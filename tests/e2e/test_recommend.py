@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -169,6 +170,22 @@ def test_a_malformed_body_through_envoy_is_invalid_argument(stack):
             raw(bytes.fromhex("12 02 ff fe 18 03"), timeout=2)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "DecodeError" not in raised.value.details()
+
+
+def test_the_edge_refuses_large_bodies_and_slow_clients(stack):
+    """Issue 16, finding 6: a 20 MB JSON body was answered 200; a client
+    that never finishes its headers could hold a connection forever."""
+    status, _ = post_json(stack, "/v1/recommend", {"user_id": "42", "k": 5, "pad": "x" * (2 << 20)})
+    assert status == 413
+    status, body = post_json(stack, "/v1/recommend", {"user_id": "42", "k": 5})
+    assert status == 200 and len(body["items"]) == 5  # ordinary bodies still pass
+    host, port = stack.envoy_address.split(":")
+    with socket.create_connection((host, int(port)), timeout=15) as slow:
+        slow.sendall(b"POST /v1/recommend HTTP/1.1\r\nHost: recserve\r\n")  # never finished
+        started = time.monotonic()
+        answer = slow.recv(4096)  # Envoy answers 408 and closes, or just closes
+        assert time.monotonic() - started < 12
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408")
 
 
 def component_pid(stack, marker):

@@ -4,8 +4,6 @@ pushes are visible at once and update the cache, stores agree, bad input is
 refused whole, and watchers get the catalogue and every pushed change."""
 
 import asyncio
-import shutil
-import subprocess
 from datetime import UTC, datetime
 
 import grpc
@@ -19,45 +17,7 @@ from recserve.features.v1 import features_pb2_grpc
 from recserve_kit.item_watch import ItemWatch
 from services.features.config import FeaturesSettings
 from services.features.server import create_server
-from tests.helpers import apoll_until, data_dir_with_artifacts, free_port, poll_until
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed and `make redis-server` could not install it")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-
-    def answers():
-        try:
-            return client.ping()
-        except redis.ConnectionError:
-            return False
-
-    poll_until(answers, 30, 0.05, "redis-server")
-    yield f"127.0.0.1:{port}"
-    process.terminate()
-    process.wait(10)
+from tests.helpers import apoll_until, data_dir_with_artifacts
 
 
 @pytest.fixture(scope="module")
