@@ -57,11 +57,12 @@ PORT_NAMES = [
 
 
 def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
-    ports = free_ports(len(PORT_NAMES) + 4)
+    ports = free_ports(len(PORT_NAMES) + 5)
     env = {**os.environ, "RECSERVE_STACK_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
     for name, port in zip(PORT_NAMES, ports, strict=False):
         env[f"RECSERVE_STACK_{name.upper()}_PORT"] = str(port)
     env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(ports[-4])
+    env["RECSERVE_STACK_GATEWAY_EXTRA_PORTS"] = f"[{ports[-5]}]"  # a second gateway
     env.update(overrides)
     return env
 

@@ -47,6 +47,30 @@ def service_component(settings: StackSettings, name: str, env: dict[str, str]) -
     )
 
 
+def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
+    """The extra gateways: same settings, their own gRPC and metrics ports."""
+    replicas = []
+    for n, port in enumerate(settings.gateway_extra_ports, start=2):
+        address = f"{settings.host}:{port}"
+        replica_env = {
+            **env,
+            "RECSERVE_GATEWAY_PORT": str(port),
+            "RECSERVE_GATEWAY_METRICS_PORT": str(settings.metrics_port("gateway", n - 1)),
+        }
+        replicas.append(
+            Component(
+                name=f"gateway-{n}",
+                argv=[str(settings.python), "-u", "-m", "services.gateway"],
+                ready=functools.partial(grpc_serving, address),
+                env=replica_env,
+                cwd=ROOT,
+                address=address,
+                after=AFTER["gateway"],
+            )
+        )
+    return replicas
+
+
 def stack_components(settings: StackSettings) -> list[Component]:
     env = {**os.environ, **service_environment(settings), "PYTHONUNBUFFERED": "1"}
     if "OTEL_TRACES_SAMPLER" not in os.environ:
@@ -65,6 +89,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             address=f"{settings.host}:{settings.triton_grpc_port}",
         ),
         *(service_component(settings, name, env) for name in SERVICES),
+        *gateway_replicas(settings, env),
         Component(
             name="envoy",
             argv=[
@@ -78,7 +103,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             ],
             ready=functools.partial(http_ok, f"{envoy_admin}/ready"),
             address=f"{settings.host}:{settings.envoy_port}",
-            after=("gateway",),
+            after=("gateway", *(f"gateway-{n}" for n in range(2, len(settings.gateway_ports) + 1))),
         ),
     ]
     return components

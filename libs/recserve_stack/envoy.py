@@ -68,13 +68,22 @@ def otlp_endpoint() -> tuple[str, int] | None:
     return parsed.hostname or "127.0.0.1", parsed.port or 4317
 
 
+def endpoints(host: str, ports: list[int]) -> str:
+    """lb_endpoints entries of a cluster, one per port (indented for the template)."""
+    return "\n".join(
+        "              - endpoint:\n"
+        "                  address:\n"
+        f"                    socket_address: {{ address: {host}, port_value: {port} }}"
+        for port in ports
+    )
+
+
 def render(settings: StackSettings, values: dict[str, object] | None = None) -> str:
     mapping: dict[str, object] = {
         "admin_port": settings.envoy_admin_port,
         "listen_host": settings.host,
         "listen_port": settings.envoy_port,
-        "gateway_host": settings.host,
-        "gateway_port": settings.gateway_port,
+        "gateway_endpoints": endpoints(settings.host, settings.gateway_ports),
         "features_host": settings.host,
         "features_port": settings.features_port,
         "retriever_host": settings.host,
@@ -110,7 +119,9 @@ def render_compose(settings: StackSettings | None = None) -> str:
     values: dict[str, object] = {
         "listen_host": "0.0.0.0",
         "cluster_type": "STRICT_DNS",
-        **{f"{name}_host": name for name in ("gateway", "features", "retriever", "ranker")},
+        **{f"{name}_host": name for name in ("features", "retriever", "ranker")},
+        # One name: Compose's DNS answers every replica's address (STRICT_DNS).
+        "gateway_endpoints": endpoints("gateway", [settings.gateway_port]),
         "descriptor_set": "/etc/envoy/recserve.pb",
         "jwks_path": "/data/auth/jwks.json",
         # Every request: the Collector's tail sampling decides what to keep.

@@ -24,6 +24,10 @@ class StackSettings(BaseSettings):
     envoy_port: int = Field(8080, ge=1, le=65535)
     envoy_admin_port: int = Field(9901, ge=1, le=65535)
     gateway_port: int = Field(50051, ge=1, le=65535)
+    # More gateway processes behind Envoy, one port each: a gateway that dies
+    # is no longer the one process whose death clients see (Envoy retries on
+    # the other). Empty: one gateway.
+    gateway_extra_ports: list[int] = Field(default_factory=lambda: [50061])
     features_port: int = Field(50052, ge=1, le=65535)
     retriever_port: int = Field(50053, ge=1, le=65535)
     ranker_port: int = Field(50054, ge=1, le=65535)
@@ -55,6 +59,13 @@ class StackSettings(BaseSettings):
     def repository(self) -> Path:
         return self.triton_repository or self.data_dir / "triton" / "repository"
 
-    def metrics_port(self, service: str) -> int:
+    @property
+    def gateway_ports(self) -> list[int]:
+        return [self.gateway_port, *self.gateway_extra_ports]
+
+    def metrics_port(self, service: str, replica: int = 0) -> int:
+        """Replica 0 of each service, then the extra gateways after the four."""
         order = ["gateway", "features", "retriever", "ranker"]
+        if replica:
+            return self.metrics_base_port + len(order) - 1 + replica
         return self.metrics_base_port + order.index(service)
