@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -32,6 +33,8 @@ class LoadResult:
     late_sends: int = 0  # requests the generator itself sent >5 ms after their due time
     # With debug on: each gateway stage's time (us) over full answers, for stage shares.
     stages: dict[str, HdrHistogram] = field(default_factory=dict)
+    # With timeline on: (seconds after the start, "full" | reason | "error:CODE") per request.
+    timeline: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def full(self) -> int:
@@ -76,7 +79,10 @@ async def run_load(
     users: int = 943,
     timeout_s: float = 1.0,
     debug: bool = False,
+    timeline: bool = False,
+    event: tuple[float, Callable[[], None]] | None = None,
 ) -> LoadResult:
+    """``event``: (seconds into the load, what to do then), e.g. a SIGKILL."""
     result = LoadResult(rate, duration_s)
     total = int(rate * duration_s)
     async with grpc.aio.insecure_channel(target) as channel:
@@ -85,6 +91,9 @@ async def run_load(
         for n in range(20):
             await stub.Recommend(pb.RecommendRequest(user_id=str(1 + n), k=k), timeout=5)
         start = time.perf_counter() + 0.05
+        if event is not None:
+            loop = asyncio.get_running_loop()
+            loop.call_later(start - time.perf_counter() + event[0], event[1])
 
         async def one(i: int) -> None:
             due = start + i / rate
@@ -94,11 +103,13 @@ async def run_load(
             if time.perf_counter() - due > 0.005:
                 result.late_sends += 1
             request = pb.RecommendRequest(user_id=str(1 + (i * 7919) % users), k=k, debug=debug)
+            outcome = "full"
             try:
                 reply = await stub.Recommend(request, timeout=timeout_s)
                 result.ok += 1
                 if reply.degraded:
-                    result.degraded[pb.DegradedReason.Name(reply.degraded_reason)] += 1
+                    outcome = pb.DegradedReason.Name(reply.degraded_reason)
+                    result.degraded[outcome] += 1
                 else:
                     for timing in reply.stage_timings:
                         histogram = result.stages.get(timing.stage)
@@ -107,7 +118,10 @@ async def run_load(
                         histogram.record_value(max(1, int(timing.duration_ms * 1000)))
             except grpc.aio.AioRpcError as exc:
                 result.errors[exc.code().name] += 1
+                outcome = f"error:{exc.code().name}"
             finally:
+                if timeline:
+                    result.timeline.append((due - start, outcome))
                 elapsed_us = int((time.perf_counter() - due) * 1_000_000)
                 result.histogram.record_value(max(1, elapsed_us))
 

@@ -1,0 +1,81 @@
+"""Chaos under load: SIGKILL one stack process while open-loop Recommend
+load runs through Envoy, one process at a time, and count what clients saw:
+errors, degraded answers, and how long until answers were full again (the
+runner restarts what died). Envoy's own death is measured as the time until
+the runner has it ready again; clients of a dead ingress get errors, which
+is what the number says."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+
+from bench.cpu_profile import stack_processes
+from bench.load import run_load
+
+TARGETS = ("gateway", "features", "retriever", "ranker", "tritonserver", "envoy")
+
+
+def _pid(name: str) -> int:
+    found = stack_processes()[name]
+    if not found:
+        raise SystemExit(f"{name} is not running (start the stack first)")
+    return found[0].pid  # with two gateways: one of them
+
+
+async def _load_with_kill(
+    target: str, name: str, rate: float, duration_s: float, kill_at_s: float
+) -> dict[str, object]:
+    pid = _pid(name)
+    result = await run_load(
+        target,
+        rate,
+        duration_s,
+        timeline=True,
+        event=(kill_at_s, lambda: os.kill(pid, signal.SIGKILL)),
+    )
+    bad = [t for t, outcome in result.timeline if t >= kill_at_s and outcome != "full"]
+    return {
+        "killed": name,
+        "pid": pid,
+        "sent": result.sent,
+        "errors": dict(result.errors),
+        "degraded": dict(result.degraded),
+        "full_again_after_s": round(max(bad) - kill_at_s, 2) if bad else 0.0,
+        "p99_ms": result.summary()["p99_ms"],
+    }
+
+
+async def _envoy_back(admin: str, pid: int) -> dict[str, object]:
+    os.kill(pid, signal.SIGKILL)
+    killed = time.perf_counter()
+    async with httpx.AsyncClient(timeout=0.5) as client:
+        while time.perf_counter() - killed < 120:
+            try:
+                if (await client.get(f"{admin}/ready")).status_code == 200:
+                    return {
+                        "killed": "envoy",
+                        "ready_again_after_s": round(time.perf_counter() - killed, 2),
+                    }
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.1)
+    return {"killed": "envoy", "ready_again_after_s": None}
+
+
+def run(
+    target: str, admin: str, names: tuple[str, ...], rate: float, duration_s: float, pause_s: float
+) -> list[dict[str, object]]:
+    rows = []
+    for n, name in enumerate(names):
+        if n:
+            time.sleep(pause_s)  # the runner restarts the last one; let it settle
+        if name == "envoy":
+            rows.append(asyncio.run(_envoy_back(admin, _pid("envoy"))))
+        else:
+            rows.append(asyncio.run(_load_with_kill(target, name, rate, duration_s, 2.0)))
+    return rows
