@@ -541,7 +541,7 @@ def chaos(
 
     rows = run_chaos(target, admin, tuple(kill.split(",")), rate, duration, pause)
     table = Table(title=f"SIGKILL under {rate:.0f} req/s through {target}, 2 s into the load")
-    for column in ("killed", "errors", "degraded", "full again after s", "p99 ms"):
+    for column in ("killed", "errors", "degraded", "last non-full answer, s after kill", "p99 ms"):
         table.add_column(column)
     for row in rows:
         if row["killed"] == "envoy":
@@ -551,7 +551,7 @@ def chaos(
             str(row["killed"]),
             str(sum(row["errors"].values())),  # type: ignore[union-attr]
             str(sum(row["degraded"].values())),  # type: ignore[union-attr]
-            str(row["full_again_after_s"]),
+            str(row["last_not_full_after_s"]),
             str(row["p99_ms"]),
         )
     console.print(table)
