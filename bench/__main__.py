@@ -442,18 +442,18 @@ def sweep(
     duration: Annotated[float, typer.Option(help="Seconds per rate.", max=600)] = 30.0,
     long_rate: Annotated[float, typer.Option(help="This rate runs long_duration.")] = 260.0,
     long_duration: Annotated[float, typer.Option(max=600)] = 60.0,
-    pause: Annotated[float, typer.Option(help="Quiet seconds between rates.")] = 5.0,
     chart: Path = Path("docs/img/load-sweep.png"),
     out: Path | None = None,
 ) -> None:
     """Open-loop load at each rate in turn: percentiles, degraded, errors, full
     answers/s, stage shares and CPU per request; one chart of every rate."""
+    from bench.load import wait_for_full_answer
     from bench.sweep import plot, run_rate
 
     rows: list[dict[str, object]] = []
     for n, rate in enumerate(float(r) for r in rates.split(",")):
         if n:
-            time.sleep(pause)
+            wait_for_full_answer(target)  # the previous rate's backlog has drained
         seconds = long_duration if rate == long_rate else duration
         console.print(f"{rate:.0f}/s for {seconds:.0f} s ...")
         _, row = run_rate(target, rate, seconds)
@@ -533,13 +533,12 @@ def chaos(
     ),
     rate: float = 100.0,
     duration: Annotated[float, typer.Option(help="Seconds of load per kill.", max=120)] = 15.0,
-    pause: Annotated[float, typer.Option(help="Seconds between kills.")] = 10.0,
     out: Path | None = None,
 ) -> None:
     """SIGKILL each stack process in turn under open-loop load: what clients saw."""
     from bench.chaos import run as run_chaos
 
-    rows = run_chaos(target, admin, tuple(kill.split(",")), rate, duration, pause)
+    rows = run_chaos(target, admin, tuple(kill.split(",")), rate, duration)
     table = Table(title=f"SIGKILL under {rate:.0f} req/s through {target}, 2 s into the load")
     for column in ("killed", "errors", "degraded", "last non-full answer, s after kill", "p99 ms"):
         table.add_column(column)

@@ -12,12 +12,9 @@ import os
 import signal
 import time
 
-import httpx
-
 from bench.cpu_profile import stack_processes
-from bench.load import run_load
-
-TARGETS = ("gateway", "features", "retriever", "ranker", "tritonserver", "envoy")
+from bench.load import run_load, wait_for_full_answer
+from recserve_stack.probes import http_ok, wait_until
 
 
 def _pid(name: str) -> int:
@@ -50,32 +47,22 @@ async def _load_with_kill(
     }
 
 
-async def _envoy_back(admin: str, pid: int) -> dict[str, object]:
+def _envoy_back(admin: str, pid: int) -> dict[str, object]:
     os.kill(pid, signal.SIGKILL)
     killed = time.perf_counter()
-    async with httpx.AsyncClient(timeout=0.5) as client:
-        while time.perf_counter() - killed < 120:
-            try:
-                if (await client.get(f"{admin}/ready")).status_code == 200:
-                    return {
-                        "killed": "envoy",
-                        "ready_again_after_s": round(time.perf_counter() - killed, 2),
-                    }
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.1)
-    return {"killed": "envoy", "ready_again_after_s": None}
+    wait_until(lambda: asyncio.run(http_ok(f"{admin}/ready")), 120, "Envoy ready", 0.05)
+    return {"killed": "envoy", "ready_again_after_s": round(time.perf_counter() - killed, 2)}
 
 
 def run(
-    target: str, admin: str, names: tuple[str, ...], rate: float, duration_s: float, pause_s: float
+    target: str, admin: str, names: tuple[str, ...], rate: float, duration_s: float
 ) -> list[dict[str, object]]:
     rows = []
     for n, name in enumerate(names):
         if n:
-            time.sleep(pause_s)  # the runner restarts the last one; let it settle
+            wait_for_full_answer(target)  # the last one killed is back and serving
         if name == "envoy":
-            rows.append(asyncio.run(_envoy_back(admin, _pid("envoy"))))
+            rows.append(_envoy_back(admin, _pid("envoy")))
         else:
             rows.append(asyncio.run(_load_with_kill(target, name, rate, duration_s, 2.0)))
     return rows

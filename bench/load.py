@@ -160,3 +160,20 @@ async def answers(target: str, users: int, k: int = 20) -> dict[str, list[tuple[
             reply = await stub.Recommend(pb.RecommendRequest(user_id=str(u), k=k), timeout=5)
             out[str(u)] = [(i.item_id, round(i.score, 5)) for i in reply.items]
         return out
+
+
+def wait_for_full_answer(target: str, timeout_s: float = 120.0) -> None:
+    """Until Recommend through ``target`` answers in full (a stack settled after
+    a load step or a restart): a condition, not a fixed pause."""
+    from recserve_stack.probes import wait_until
+
+    def full() -> bool:
+        with grpc.insecure_channel(target) as channel:
+            stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+            try:
+                reply = stub.Recommend(pb.RecommendRequest(user_id="1", k=5), timeout=1)
+            except grpc.RpcError:
+                return False
+            return not reply.degraded
+
+    wait_until(full, timeout_s, "a full answer", interval_s=0.2)

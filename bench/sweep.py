@@ -18,16 +18,12 @@ from bench.load import LoadResult, run_load
 STAGES = ("features", "embed", "retrieve", "rank", "merge")
 
 
-def pids() -> dict[str, set[int]]:
-    return {name: {p.pid for p in found} for name, found in stack_processes().items()}
-
-
 def run_rate(target: str, rate: float, duration_s: float) -> tuple[LoadResult, dict[str, object]]:
-    before = pids()
     processes = stack_processes()
+    before = {name: {p.pid for p in found} for name, found in processes.items()}
     cpu_before = {name: cpu_seconds(p) for name, p in processes.items()}
     result = asyncio.run(run_load(target, rate, duration_s, debug=True))
-    after = pids()
+    after = {name: {p.pid for p in found} for name, found in stack_processes().items()}
     died = sorted(name for name in before if not before[name] <= after.get(name, set()))
     cpu_ms = {
         name: round(1000 * (cpu_seconds(p) - cpu_before[name]) / max(result.sent, 1), 2)

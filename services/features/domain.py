@@ -116,11 +116,6 @@ class Features:
         )
         self._cache_lock = threading.Lock()
         self._push_lock = asyncio.Lock()
-        self._user_refs = [
-            f"{projection.name_to_use()}:{feature.name}"
-            for projection in self.user_service.feature_view_projections
-            for feature in projection.features
-        ]
         self._live: tuple[int, dict[str, object] | None] = (0, None)
         self._user_views: tuple[object, list[FeatureView]] = (None, [])
         # Every item of the published artifact, for watchers (ranker, gateway).
@@ -171,27 +166,6 @@ class Features:
                 rows[name] = [_plain(values.get(name)) if values else None for _, values in read]
         if live is None:
             rows["item_ids"] = rows["run_id"] = [None] * len(user_ids)
-        return self._user_records(user_ids, rows, live)
-
-    def _read_users_sdk(self, user_ids: Sequence[str]) -> list[UserRecord]:
-        """The same read through the SDK's get_online_features (the reference
-        the direct read is tested against)."""
-        live = self._live_run()
-        refs = list(self._user_refs)
-        if live is not None:
-            view = published.slot_view(str(live["slot"]))
-            refs += [f"{view}:item_ids", f"{view}:run_id"]
-        entities = [{"user_id": u} for u in user_ids]
-        try:
-            rows = self.store.get_online_features(features=refs, entity_rows=entities).to_dict()
-        except FeatureViewNotFoundException:
-            # A pointer to a slot this registry lacks: serve the features
-            # without precomputed lists rather than fail every request.
-            log.warning("published slot view missing", extra={"fields": {"run": live}})
-            live = None
-            rows = self.store.get_online_features(
-                features=self._user_refs, entity_rows=entities
-            ).to_dict()
         return self._user_records(user_ids, rows, live)
 
     def _user_records(

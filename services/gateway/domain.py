@@ -181,7 +181,8 @@ class Gateway:
             settings.limit_target_ms / 1000,
             recovery_s=settings.limit_recovery_s,
         )
-        LIMIT.set(self.limit.current)
+        # Read at scrape time: the gauge shows the bound's recovery when idle too.
+        LIMIT.set_function(lambda: self.limit.current)
 
     # -- stages --------------------------------------------------------------
 
@@ -350,7 +351,6 @@ class Gateway:
         finally:
             latency_s = queued_s + time.perf_counter() - started
             self.limit.record(latency_s, answer.reason, self.in_flight)
-            LIMIT.set(self.limit.current)
             self.in_flight -= 1
             IN_FLIGHT.dec()
 
@@ -432,9 +432,7 @@ class Gateway:
             blocked = {*query.exclude_item_ids, *seen}
             keep = [n for n, i in enumerate(ids) if i not in blocked]
             ids, scores = [ids[n] for n in keep], scores[keep]
-        return await self._rank_and_merge(
-            query, profile, embedded, ids, scores, budget, answer, seen, user
-        )
+        return await self._rank_and_merge(query, profile, embedded, ids, scores, budget, answer)
 
     async def _similar(self, query: Query, budget: Budget, answer: Answer) -> Answer:
         user: fpb.UserFeatures | None = None
@@ -466,12 +464,10 @@ class Gateway:
         ids = [c.item_id for c in hits]
         scores = np.fromiter((c.score for c in hits), np.float32, len(hits))
         if user is None or not user.found:
-            return await self._rank_and_merge(query, None, None, ids, scores, budget, answer, seen)
+            return await self._rank_and_merge(query, None, None, ids, scores, budget, answer)
         profile = ranker_profile(user)
         embedded = await self._embed(profile, budget, answer)
-        return await self._rank_and_merge(
-            query, profile, embedded, ids, scores, budget, answer, seen, user
-        )
+        return await self._rank_and_merge(query, profile, embedded, ids, scores, budget, answer)
 
     async def _rank_and_merge(
         self,
@@ -482,8 +478,6 @@ class Gateway:
         retrieval_scores: np.ndarray,
         budget: Budget,
         answer: Answer,
-        seen: Sequence[str],
-        user: fpb.UserFeatures | None = None,
     ) -> Answer:
         trace.get_current_span().set_attribute(attr.CANDIDATES, len(ids))
         if not ids:

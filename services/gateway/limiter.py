@@ -51,11 +51,11 @@ class AdaptiveLimit:
 
     @property
     def current(self) -> int:
+        if self.limit < self.maximum and self.clock() - self._last_decrease >= self.recovery_s:
+            self.limit = float(self.maximum)  # no overload for a while: forget it
         return int(self.limit)
 
     def admits(self, in_flight: int) -> bool:
-        if self.limit < self.maximum and self.clock() - self._last_decrease >= self.recovery_s:
-            self.limit = float(self.maximum)  # no overload for a while: forget it
         return in_flight < self.current
 
     def record(self, latency_s: float, reason: str, in_flight: int) -> None:

@@ -87,10 +87,6 @@ KEEPALIVE = KeepAliveOptions(
 )
 
 
-def tensor(name: str, array: np.ndarray) -> Tensor:
-    return name, array
-
-
 def infer_request(
     model: str, version: int, inputs: Sequence[Tensor], output: str
 ) -> service_pb2.ModelInferRequest:
@@ -212,26 +208,23 @@ class Ranker:
     async def _warm_up(self, target: Loaded) -> None:
         """One inference per model, so the first real request is not the slow one."""
         spec = target.encoder.spec
-        user = [
-            tensor("user_features", np.zeros((1, spec.user_dim), np.float32)),
-            tensor("history", np.zeros((1, HISTORY_LEN), np.int64)),
+        user: list[Tensor] = [
+            ("user_features", np.zeros((1, spec.user_dim), np.float32)),
+            ("history", np.zeros((1, HISTORY_LEN), np.int64)),
         ]
         await self._infer(
             self.settings.user_model, target.user_model_version, user, "user_vector", 30.0
         )
-        ranking = [
-            tensor("item_id", np.zeros((1, 1), np.int64)),
-            tensor("user_vector", np.zeros((1, spec.embedding_dim), np.float32)),
-            tensor("user_features", np.zeros((1, spec.user_dim), np.float32)),
-            tensor("item_features", np.zeros((1, spec.item_dim), np.float32)),
-            tensor("retrieval_score", np.zeros((1, 1), np.float32)),
+        ranking: list[Tensor] = [
+            ("item_id", np.zeros((1, 1), np.int64)),
+            ("user_vector", np.zeros((1, spec.embedding_dim), np.float32)),
+            ("user_features", np.zeros((1, spec.user_dim), np.float32)),
+            ("item_features", np.zeros((1, spec.item_dim), np.float32)),
+            ("retrieval_score", np.zeros((1, 1), np.float32)),
         ]
         await self._infer(
             self.settings.ranking_model, target.ranking_model_version, ranking, "score", 30.0
         )
-
-    def current_version(self) -> str:
-        return self.loaded.version if self.loaded is not None else ""
 
     def _current(self) -> Loaded:
         if self.loaded is None:
@@ -293,11 +286,17 @@ class Ranker:
         vector = await self._infer(
             self.settings.user_model,
             loaded.user_model_version,
-            [tensor("user_features", features), tensor("history", history)],
+            [("user_features", features), ("history", history)],
             "user_vector",
             timeout_s,
         )
         return vector[0], loaded.version
+
+    def _check_count(self, n: int, field: str) -> None:
+        if not n:
+            raise InvalidArgument(field, "is empty")
+        if n > self.settings.max_candidates:
+            raise InvalidArgument(field, f"at most {self.settings.max_candidates}, got {n}")
 
     async def score(
         self,
@@ -306,43 +305,17 @@ class Ranker:
         user_vector: Sequence[float],
         timeout_s: float,
     ) -> tuple[np.ndarray, str, int]:
-        if not candidates:
-            raise InvalidArgument("candidates", "is empty")
-        if len(candidates) > self.settings.max_candidates:
-            raise InvalidArgument(
-                "candidates", f"at most {self.settings.max_candidates}, got {len(candidates)}"
-            )
+        """Score candidates that carry their item features (the message form)."""
+        self._check_count(len(candidates), "candidates")
         loaded = self._current()
         encoder = loaded.encoder
-        dim = encoder.spec.embedding_dim
-        if user_vector:
-            if len(user_vector) != dim:
-                raise InvalidArgument(
-                    "user_vector", f"has {len(user_vector)} values; expected {dim}"
-                )
-            vector = np.asarray(user_vector, dtype=np.float32)
-        else:
-            vector, _ = await self.embed_user(user, timeout_s)
-        n = len(candidates)
-        rows = encoder.item_rows([c.item_id for c in candidates])
-        item_features = np.stack(
+        features = np.stack(
             [encoder.item(c.year, c.popularity, c.mean_rating, c.categories) for c in candidates]
         )
-        user_features, _ = self.user_arrays(encoder, user)
-        inputs = [
-            tensor("item_id", rows[:, None]),
-            tensor("user_vector", np.repeat(vector[None, :], n, axis=0)),
-            tensor("user_features", np.repeat(user_features, n, axis=0)),
-            tensor("item_features", item_features),
-            tensor(
-                "retrieval_score",
-                np.asarray([c.retrieval_score for c in candidates], dtype=np.float32)[:, None],
-            ),
-        ]
-        scores = await self._infer(
-            self.settings.ranking_model, loaded.ranking_model_version, inputs, "score", timeout_s
-        )
-        return scores[:, 0], loaded.version, int((rows == 0).sum())
+        retrieval = np.asarray([c.retrieval_score for c in candidates], dtype=np.float32)
+        vector = np.asarray(user_vector, dtype=np.float32) if user_vector else None
+        ids = [c.item_id for c in candidates]
+        return await self._score(loaded, user, ids, features, retrieval, vector, timeout_s)
 
     async def score_ids(
         self,
@@ -351,34 +324,59 @@ class Ranker:
         retrieval_scores: np.ndarray,
         user_vector: np.ndarray | None,
         timeout_s: float,
+        vector_version: str = "",
     ) -> tuple[np.ndarray, str, int]:
-        """Score in columns: item features gathered from the live item table."""
+        """Score in columns: item features gathered from the live item table.
+        A vector another model version computed (``vector_version``, a caller's
+        cache) is not used: the user is embedded again by the version that scores."""
         n = len(item_ids)
-        if not n:
-            raise InvalidArgument("item_ids", "is empty")
-        if n > self.settings.max_candidates:
-            raise InvalidArgument("item_ids", f"at most {self.settings.max_candidates}, got {n}")
+        self._check_count(n, "item_ids")
         if len(retrieval_scores) != n:
             raise InvalidArgument(
                 "retrieval_scores_f32", f"has {len(retrieval_scores)} values for {n} item_ids"
             )
         loaded = self._current()
+        if vector_version and vector_version != loaded.version:
+            user_vector = None
+        features = self.items.features(loaded.encoder, item_ids)
+        return await self._score(
+            loaded,
+            user,
+            item_ids,
+            features,
+            retrieval_scores,
+            user_vector,
+            timeout_s,
+            vector_field="user_vector_f32",
+        )
+
+    async def _score(
+        self,
+        loaded: Loaded,
+        user: UserInput,
+        item_ids: Sequence[str],
+        item_features: np.ndarray,
+        retrieval_scores: np.ndarray,
+        user_vector: np.ndarray | None,
+        timeout_s: float,
+        vector_field: str = "user_vector",
+    ) -> tuple[np.ndarray, str, int]:
+        """One ranking inference; the user's vector computed when not given."""
         encoder = loaded.encoder
         dim = encoder.spec.embedding_dim
         if user_vector is None:
             user_vector, _ = await self.embed_user(user, timeout_s)
         elif len(user_vector) != dim:
-            raise InvalidArgument(
-                "user_vector_f32", f"has {len(user_vector)} values; expected {dim}"
-            )
+            raise InvalidArgument(vector_field, f"has {len(user_vector)} values; expected {dim}")
+        n = len(item_ids)
         rows = encoder.item_rows(item_ids)
         user_features, _ = self.user_arrays(encoder, user)
-        inputs = [
-            tensor("item_id", rows[:, None]),
-            tensor("user_vector", np.broadcast_to(user_vector, (n, dim))),
-            tensor("user_features", np.broadcast_to(user_features, (n, user_features.shape[1]))),
-            tensor("item_features", self.items.features(encoder, item_ids)),
-            tensor("retrieval_score", retrieval_scores.astype(np.float32, copy=False)[:, None]),
+        inputs: list[Tensor] = [
+            ("item_id", rows[:, None]),
+            ("user_vector", np.broadcast_to(user_vector, (n, dim))),
+            ("user_features", np.broadcast_to(user_features, (n, user_features.shape[1]))),
+            ("item_features", item_features),
+            ("retrieval_score", retrieval_scores.astype(np.float32, copy=False)[:, None]),
         ]
         scores = await self._infer(
             self.settings.ranking_model, loaded.ranking_model_version, inputs, "score", timeout_s

@@ -88,10 +88,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext
     ) -> pb.ScoreResponse:
         vector = None
-        version = request.user_vector_version
-        if version and version != self.ranker.current_version():
-            vector = None  # another model version's vector: the ranker embeds the user itself
-        elif request.user_vector_f32:
+        if request.user_vector_f32:
             vector = f32(request.user_vector_f32, "user_vector_f32")
         elif request.user_vector:
             vector = np.asarray(request.user_vector, dtype=np.float32)
@@ -101,6 +98,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             f32(request.retrieval_scores_f32, "retrieval_scores_f32"),
             vector,
             self._timeout(context),
+            vector_version=request.user_vector_version,
         )
         return pb.ScoreResponse(
             scores=scores.tolist(), model_version=version, unknown_item_count=unknown

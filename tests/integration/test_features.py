@@ -207,8 +207,17 @@ async def test_sqlite_and_redis_give_identical_answers(built, tmp_path, redis_ur
 async def test_direct_user_read_equals_the_sdk_read(features):
     """The hot path's online_read gives exactly what get_online_features gives."""
     _, service = features
+    domain = service.domain
     ids = [str(i) for i in range(1, 944)] + ["no-such-user"]
-    assert service.domain._read_users(ids) == service.domain._read_users_sdk(ids)
+    refs = [
+        f"{projection.name_to_use()}:{feature.name}"
+        for projection in domain.user_service.feature_view_projections
+        for feature in projection.features
+    ]
+    entities = [{"user_id": u} for u in ids]
+    rows = domain.store.get_online_features(features=refs, entity_rows=entities).to_dict()
+    rows["item_ids"] = rows["run_id"] = [None] * len(ids)  # no re-scoring run published here
+    assert domain._read_users(ids) == domain._user_records(ids, rows, None)
 
 
 async def test_watch_lists_the_catalogue_then_streams_pushed_changes(features, tables):

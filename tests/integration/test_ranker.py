@@ -209,6 +209,17 @@ async def test_columns_form_gathers_features_from_the_live_table(
         )
         np.testing.assert_array_equal(by_columns.scores, by_messages.scores)
         assert by_columns.unknown_item_count == by_messages.unknown_item_count == 1
+        # A vector cached from another model version is not used: re-embedded.
+        stale = await stub.Score(
+            pb.ScoreRequest(
+                user=user,
+                item_ids=ids,
+                retrieval_scores_f32=retrieval.tobytes(),
+                user_vector_f32=np.zeros(64, np.float32).tobytes(),
+                user_vector_version="an-older-version",
+            )
+        )
+        np.testing.assert_allclose(stale.scores, by_columns.scores, rtol=1e-5, atol=1e-5)
         for request, field in [
             (pb.ScoreRequest(user=user, item_ids=ids, retrieval_scores_f32=b"abc"), "retrieval"),
             (

@@ -17,26 +17,38 @@ from recserve_stack.probes import grpc_serving
 from tests.helpers import data_dir_with_artifacts, free_port, poll_until
 
 
-def test_service_process_serves_then_exits_cleanly_on_sigterm(tmp_path, built):
-    port = free_port()
-    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+def service_process(name, port, data_dir, output=subprocess.DEVNULL, **settings):
+    """`python -m services.<name>` with RECSERVE_<NAME>_* settings, once SERVING."""
+    prefix = f"RECSERVE_{name.upper()}_"
     env = {
         **os.environ,
-        "RECSERVE_RETRIEVER_PORT": str(port),
-        "RECSERVE_RETRIEVER_DATA_DIR": str(data_dir),
-        "RECSERVE_RETRIEVER_SHUTDOWN_DRAIN_S": "0.2",
+        prefix + "PORT": str(port),
+        prefix + "DATA_DIR": str(data_dir),
+        **{prefix + key.upper(): str(value) for key, value in settings.items()},
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.retriever"],
+        [sys.executable, "-m", f"services.{name}"],
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
         poll_until(
-            lambda: asyncio.run(grpc_serving(f"127.0.0.1:{port}")), 60, 0.1, "retriever SERVING"
+            lambda: asyncio.run(grpc_serving(f"127.0.0.1:{port}")), 120, 0.1, f"{name} SERVING"
         )
+    except BaseException:
+        process.kill()
+        raise
+    return process
+
+
+def test_service_process_serves_then_exits_cleanly_on_sigterm(tmp_path, built):
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+    process = service_process(
+        "retriever", free_port(), data_dir, subprocess.PIPE, shutdown_drain_s=0.2
+    )
+    try:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)
     finally:
@@ -48,21 +60,7 @@ def test_service_process_serves_then_exits_cleanly_on_sigterm(tmp_path, built):
 
 
 def features_process(data_dir, port, redis_url=""):
-    env = {
-        **os.environ,
-        "RECSERVE_FEATURES_PORT": str(port),
-        "RECSERVE_FEATURES_DATA_DIR": str(data_dir),
-        "RECSERVE_FEATURES_REDIS_URL": redis_url,
-        "RECSERVE_FEATURES_REFRESH_INTERVAL_S": "0",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "services.features"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    poll_until(lambda: asyncio.run(grpc_serving(f"127.0.0.1:{port}")), 120, 0.1, "features SERVING")
-    return process
+    return service_process("features", port, data_dir, redis_url=redis_url, refresh_interval_s=0)
 
 
 @pytest.mark.parametrize("store", ["sqlite", "redis"])
