@@ -3,6 +3,7 @@ online ranker's (real Triton), the gates fail bad runs by name and pass good
 ones, publish is atomic, rollback restores the previous lists, and a killed
 job resumes without redoing finished buckets."""
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pandas as pd
+import psutil
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -372,6 +374,27 @@ def test_a_relative_data_dir_names_the_same_online_store(data_dir, monkeypatch):
     assert Path(store.config.online_store.path) == data_dir.resolve() / "feast" / "online.db"
 
 
+def kill_session(job: subprocess.Popen) -> None:
+    """SIGKILL every process of the job's session and wait for all of them.
+
+    Not killpg: pyspark's daemon moves itself and its workers into a group of
+    their own (``os.setpgid(0, 0)``), so a worker could finish a bucket after the
+    job's group is dead and the test has counted."""
+    members = [p for p in psutil.process_iter() if _session_of(p) == job.pid]
+    for process in members:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGKILL)
+    job.wait()
+    psutil.wait_procs(members, timeout=60)
+
+
+def _session_of(process: psutil.Process) -> int | None:
+    try:
+        return os.getsid(process.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
 def test_a_killed_job_resumes_without_redoing_finished_buckets(built, data_dir, tmp_path):
     users_dir = write_users(built.directory, tmp_path / "users", 12_000)
     run_id = "killed"
@@ -390,8 +413,7 @@ def test_a_killed_job_resumes_without_redoing_finished_buckets(built, data_dir, 
     try:
         poll_until(lambda: len(completed_buckets(run_dir)) >= 3, 180, what="three buckets")
     finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+        kill_session(job)
     finished = completed_buckets(run_dir)
     assert 0 < len(finished) < 24, "the job must be killed midway"
     stamps = {b: layout.bucket_file(run_dir, "top_n", b).stat().st_mtime_ns for b in finished}
