@@ -408,6 +408,9 @@ def hop(
     address: str = "127.0.0.1:50052",
     triton_url: str = "127.0.0.1:8001",
     calls: int = 4000,
+    tls: Annotated[
+        bool, typer.Option(help="Call with <data-dir>/tls/operator.pem (the stack's default).")
+    ] = True,
     out: Path | None = None,
 ) -> None:
     """CPU floor of one gRPC hop and one Triton call, against the running stack."""
@@ -415,9 +418,11 @@ def hop(
     from recserve_model.encoding import EncodingSpec
 
     from bench.hop_cost import run as run_hop
+    from recserve_kit.transport import Tls
 
     spec = EncodingSpec.load(artifacts.current(data_dir) / "encoding.json")
-    result = run_hop(address, service, triton_url, spec.user_dim, calls)
+    operator = Tls.load(data_dir / "tls", "operator") if tls else None
+    result = run_hop(address, service, triton_url, spec.user_dim, calls, operator)
     table = Table(title=f"CPU per call that does no work ({calls:,} calls, 8 at a time)")
     for column in ("hop", "server us", "client us", "total us", "calls/s"):
         table.add_column(column, justify="left" if column == "hop" else "right")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-import grpc
 import numpy as np
 import psutil
 import tritonclient.grpc.aio as triton_aio
@@ -23,6 +22,8 @@ from recserve_model.encoding import HISTORY_LEN
 from tritonclient.grpc import InferInput
 
 from bench.cpu_profile import cpu_seconds, stack_processes
+from recserve_kit import transport
+from recserve_kit.transport import Tls
 
 CONCURRENCY = 8
 SERVICE_CALLS_PER_RECOMMEND = 4  # user features, embed, search, score
@@ -56,15 +57,17 @@ async def _measure(
     }
 
 
-async def service_hop(address: str, servers: list[psutil.Process], calls: int) -> dict[str, float]:
-    async with grpc.aio.insecure_channel(address) as channel:
+async def service_hop(
+    address: str, servers: list[psutil.Process], calls: int, tls: Tls | None
+) -> dict[str, float]:
+    async with transport.aio_channel(address, tls) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         request = health_pb2.HealthCheckRequest(service="")
         return await _measure(lambda _: health.Check(request, timeout=2), servers, calls)
 
 
 async def triton_hop(
-    url: str, user_dim: int, servers: list[psutil.Process], calls: int
+    url: str, user_dim: int, servers: list[psutil.Process], calls: int, tls: Tls | None
 ) -> dict[str, float]:
     inputs = [
         InferInput("user_features", [1, user_dim], "FP32"),
@@ -72,23 +75,31 @@ async def triton_hop(
     ]
     inputs[0].set_data_from_numpy(np.zeros((1, user_dim), np.float32))
     inputs[1].set_data_from_numpy(np.zeros((1, HISTORY_LEN), np.int64))
-    async with triton_aio.InferenceServerClient(url) as client:
+    creds = tls.channel_credentials() if tls else None
+    async with triton_aio.InferenceServerClient(url, creds=creds) as client:
         return await _measure(lambda _: client.infer("user_tower", inputs), servers, calls)
 
 
 def run(
-    service_address: str, service: str, triton_url: str, user_dim: int, calls: int
+    service_address: str,
+    service: str,
+    triton_url: str,
+    user_dim: int,
+    calls: int,
+    tls: Tls | None = None,
 ) -> dict[str, object]:
+    """``tls``: the operator's certificate when the stack runs mutual TLS."""
     processes = stack_processes()
     if not processes.get(service) or not processes.get("tritonserver"):
         raise SystemExit(f"{service} and Triton must be running (start the stack first)")
-    hop = asyncio.run(service_hop(service_address, processes[service], calls))
+    hop = asyncio.run(service_hop(service_address, processes[service], calls, tls))
     triton = asyncio.run(
         triton_hop(
             triton_url,
             user_dim,
             processes["tritonserver"] + processes["triton python stubs"],
             calls,
+            tls,
         )
     )
     floor_ms = (
@@ -98,6 +109,7 @@ def run(
     return {
         "calls": calls,
         "concurrency": CONCURRENCY,
+        "transport": "mutual TLS" if tls else "plaintext",
         "service_hop": {"service": service, **hop},
         "triton_hop": triton,
         "floor_cpu_ms_per_recommend": round(floor_ms, 2),

@@ -2,8 +2,9 @@
 
 For each user: history = the whole training period, truth = the held-out
 items, already-seen items are never recommended. Reported: recall@10/50/100
-and NDCG@10 for popularity, exact two-tower retrieval, retrieval + ranking,
-and retrieval + the int8 ranker.
+and NDCG@10 for popularity, item-kNN and EASE (the baselines, from
+``baselines.py``), exact two-tower retrieval, retrieval + ranking, and
+retrieval + the int8 ranker.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import onnxruntime as ort
 import pandas as pd
 from recserve_model.encoding import HISTORY_LEN
 
+from pipelines import baselines
 from pipelines.dataset import Split, recent_items
 from pipelines.train import Inputs, seen_rows
 
@@ -73,6 +75,11 @@ def evaluate(
     assert hist.shape[1] == HISTORY_LEN
     u_vecs = user_tower.run(["user_vector"], {"user_features": feats, "history": hist})[0]
     popularity_order = np.argsort(-inputs.popularity, kind="stable")
+    history_matrix = baselines.interactions(train, encoder, users)
+    neighbours = {
+        "item_knn": baselines.item_knn(history_matrix),
+        "ease": baselines.ease(history_matrix),
+    }
     totals: dict[str, dict[str, float]] = {}
 
     def add(name: str, ranked: np.ndarray, user: str) -> None:
@@ -85,6 +92,10 @@ def evaluate(
         blocked[list(seen.get(user, ()))] = True
         blocked[0] = True
         add("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)], user)
+        for name, weights in neighbours.items():
+            baseline = history_matrix[i] @ weights
+            baseline[blocked] = -np.inf
+            add(name, np.argsort(-baseline, kind="stable")[: max(CUTOFFS)], user)
         scores = vectors @ u_vecs[i]
         scores[blocked] = -np.inf
         retrieved = np.argsort(-scores, kind="stable")[:RERANK_DEPTH]

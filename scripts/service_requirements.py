@@ -31,6 +31,9 @@ COMMON = [
     "prometheus-client",
     "numpy",
     "uvloop",
+    # Admin RPCs verify the RS256 admin token in the service (recserve_kit.admin).
+    "pyjwt",
+    "cryptography",
 ]
 IMAGES: dict[str, list[str]] = {
     "gateway": [],

@@ -12,8 +12,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import psutil
 
+from recserve_kit import transport
+from recserve_kit.transport import Tls
 from tests.helpers import free_ports, poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +35,18 @@ class RunningStack:
     @property
     def envoy_address(self) -> str:
         return f"127.0.0.1:{self.port('envoy')}"
+
+    @property
+    def tls(self) -> Tls:
+        """The operator's certificate: internal ports take nothing else."""
+        return Tls.load(self.data_dir / "tls", "operator")
+
+    def internal_channel(self, name: str) -> grpc.Channel:
+        """A blocking mutual-TLS channel to an internal port ("retriever", ...)."""
+        return transport.channel(f"127.0.0.1:{self.port(name)}", self.tls)
+
+    def internal_aio_channel(self, name: str) -> grpc.aio.Channel:
+        return transport.aio_channel(f"127.0.0.1:{self.port(name)}", self.tls)
 
     def output(self) -> str:
         return "\n".join(self.lines)

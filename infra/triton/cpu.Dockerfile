@@ -28,6 +28,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     LD_LIBRARY_PATH=/usr/local/lib:/opt/venv/lib/python3.11/site-packages/nvidia_pytriton.libs \
     PYTHONDONTWRITEBYTECODE=1 \
     MALLOC_ARENA_MAX=2
+COPY infra/triton/start.sh /usr/local/bin/start-triton
 USER 10001:10001
-# TRITON_EXTRA_ARGS: e.g. the trace flags the observability layer adds.
-CMD ["sh", "-c", "exec /opt/venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver --model-repository=/data/triton/repository --backend-directory=/opt/backends --model-control-mode=explicit --load-model=user_tower --load-model=ranker --strict-readiness=true $TRITON_EXTRA_ARGS"]
+# start-triton adds the stack's TLS and control restrictions from /data/tls,
+# then TRITON_EXTRA_ARGS (e.g. the trace flags the observability layer adds).
+CMD ["start-triton", "/opt/venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver", "--model-repository=/data/triton/repository", "--backend-directory=/opt/backends", "--model-control-mode=explicit", "--load-model=user_tower", "--load-model=ranker", "--strict-readiness=true"]

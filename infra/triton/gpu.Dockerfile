@@ -18,8 +18,10 @@ COPY --from=full /opt/tritonserver/backends/onnxruntime /opt/tritonserver/backen
 ENV PATH=/opt/tritonserver/bin:$PATH \
     LD_LIBRARY_PATH=/opt/tritonserver/lib:$LD_LIBRARY_PATH
 RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin triton
+COPY infra/triton/start.sh /usr/local/bin/start-triton
 USER 10001:10001
 # The repository comes from the init service's volume; the GPU config files
-# (configs/gpu.pbtxt) sit beside the CPU ones.
-# TRITON_EXTRA_ARGS: e.g. the trace flags the observability layer adds.
-CMD ["sh", "-c", "exec tritonserver --model-repository=/data/triton/repository --model-config-name=gpu --model-control-mode=explicit --load-model=user_tower --load-model=ranker --strict-readiness=true $TRITON_EXTRA_ARGS"]
+# (configs/gpu.pbtxt) sit beside the CPU ones. start-triton adds the stack's
+# TLS and control restrictions from /data/tls, then TRITON_EXTRA_ARGS (e.g.
+# the trace flags the observability layer adds).
+CMD ["start-triton", "tritonserver", "--model-repository=/data/triton/repository", "--model-config-name=gpu", "--model-control-mode=explicit", "--load-model=user_tower", "--load-model=ranker", "--strict-readiness=true"]

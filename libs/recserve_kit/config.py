@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from recserve_kit.transport import LOOPBACK_HOSTS, Tls
 
 DEFAULT_DATA_DIR = Path("data")
 
@@ -43,6 +45,37 @@ class ServiceSettings(BaseSettings):
         "so health-checking load balancers (Envoy checks every 1 s) stop routing first.",
     )
 
+    tls_dir: Path | None = Field(
+        None,
+        description="The stack's certificates (ca.pem, <service>.pem and .key, made at "
+        "setup): the port and every channel use mutual TLS. Unset: plaintext, loopback only.",
+    )
+    admin_jwks: Path | None = Field(
+        None,
+        description="The admin key set (JWKS): admin RPCs verify the caller's bearer token "
+        "against it. Required with tls_dir; unset on plaintext loopback (tests) they are open.",
+    )
+
+    @model_validator(mode="after")
+    def secure_off_loopback(self) -> ServiceSettings:
+        # Plaintext is for in-process tests and debugging on one machine: any
+        # other address must authenticate its callers.
+        if self.tls_dir is None and self.host not in LOOPBACK_HOSTS:
+            raise ValueError(
+                f"host {self.host}: plaintext is allowed on loopback only; "
+                f"set {env_name(type(self), 'tls_dir')}"
+            )
+        if self.tls_dir is not None and self.admin_jwks is None:
+            raise ValueError(
+                f"{env_name(type(self), 'admin_jwks')} is required with "
+                f"{env_name(type(self), 'tls_dir')} (admin RPCs verify tokens)"
+            )
+        return self
+
+    def tls(self, identity: str) -> Tls | None:
+        """This component's certificate, or None for plaintext."""
+        return None if self.tls_dir is None else Tls.load(self.tls_dir, identity)
+
     @field_validator("data_dir")
     @classmethod
     def absolute_data_dir(cls, value: Path) -> Path:
@@ -69,9 +102,13 @@ def load_settings(settings_cls: type[S]) -> S:
     except ValidationError as exc:
         lines = []
         for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else "?"
+            if not error["loc"]:  # a rule across fields names them itself
+                lines.append(f"  {error['msg']}")
+                continue
             given = error.get("input")
-            lines.append(f"  {env_name(settings_cls, field)}={given!r}: {error['msg']}")
+            lines.append(
+                f"  {env_name(settings_cls, str(error['loc'][0]))}={given!r}: {error['msg']}"
+            )
         message = "invalid configuration:\n" + "\n".join(lines)
         print(message, file=sys.stderr)
         raise ConfigError(2) from None

@@ -1,6 +1,6 @@
 """Domain errors and their one mapping to gRPC status codes.
 
-Servicers raise these; ``ErrorMappingInterceptor`` turns them into statuses.
+Servicers raise these; the per-method wrapper (``rpc.py``) turns them into statuses.
 Anything else becomes INTERNAL with a generic message: exception text never
 reaches a client, it goes to the log with the trace id instead.
 """
@@ -32,6 +32,10 @@ class NotFound(RecserveError):
 
 class Unavailable(RecserveError):
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class Unauthenticated(RecserveError):
+    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class FailedPrecondition(RecserveError):

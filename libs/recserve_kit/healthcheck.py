@@ -1,19 +1,27 @@
-"""`python -m recserve_kit.healthcheck ADDRESS [SERVICE]`: exit 0 when SERVING.
+"""`python -m recserve_kit.healthcheck ADDRESS [SERVICE] [--tls-dir DIR]`:
+exit 0 when SERVING.
 
 The container healthcheck: a real grpc.health.v1 Check, so a process that
 accepts TCP but is not ready (model not loaded, dependency down) is unhealthy.
+With ``--tls-dir`` it calls with the operator's certificate of the stack's CA
+(the ports take nothing else).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from recserve_kit import transport
+from recserve_kit.transport import Tls
 
-def check(address: str, service: str = "", timeout_s: float = 2.0) -> bool:
-    with grpc.insecure_channel(address) as channel:
+
+def check(address: str, service: str = "", timeout_s: float = 2.0, tls: Tls | None = None) -> bool:
+    with transport.channel(address, tls) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
@@ -24,10 +32,13 @@ def check(address: str, service: str = "", timeout_s: float = 2.0) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    if not 1 <= len(argv) <= 2:
-        print("usage: python -m recserve_kit.healthcheck ADDRESS [SERVICE]", file=sys.stderr)
-        return 2
-    return 0 if check(argv[0], argv[1] if len(argv) > 1 else "") else 1
+    parser = argparse.ArgumentParser(prog="python -m recserve_kit.healthcheck")
+    parser.add_argument("address")
+    parser.add_argument("service", nargs="?", default="")
+    parser.add_argument("--tls-dir", type=Path, help="the stack's certificates (mutual TLS)")
+    args = parser.parse_args(argv)
+    tls = Tls.load(args.tls_dir, "operator") if args.tls_dir else None
+    return 0 if check(args.address, args.service, tls=tls) else 1
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError, Message
 from opentelemetry import trace
 from prometheus_client import Histogram
 
+from recserve_kit.admin import AdminTokens
 from recserve_kit.errors import RecserveError
 from recserve_kit.tracing import inbound_context
 
@@ -166,17 +167,33 @@ def wrap_stream(
     return streaming
 
 
+def _admin_only(inner: Callable[..., Any], tokens: AdminTokens) -> Callable[..., Any]:
+    async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        tokens.verify(context.invocation_metadata())
+        return await inner(request, context)
+
+    return checked
+
+
 def method_handlers(
-    servicer: Any, full_service: str, service: str
+    servicer: Any,
+    full_service: str,
+    service: str,
+    admin_methods: frozenset[str] = frozenset(),
+    tokens: AdminTokens | None = None,
 ) -> dict[str, grpc.RpcMethodHandler]:
     """A handler per method of ``full_service`` (its pb2 module imported),
-    each wrapped once, with a parser that flags malformed requests."""
+    each wrapped once, with a parser that flags malformed requests; methods in
+    ``admin_methods`` first verify the caller's admin token when ``tokens``
+    is given (always, in the stack; tests on plaintext loopback may omit it)."""
     descriptor = descriptor_pool.Default().FindServiceByName(full_service)
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in descriptor.methods:
         request_class = message_factory.GetMessageClass(method.input_type)
         response_class = message_factory.GetMessageClass(method.output_type)
         inner = getattr(servicer, method.name)
+        if method.name in admin_methods and tokens is not None:
+            inner = _admin_only(inner, tokens)
         if method.client_streaming:
             raise ValueError(f"{full_service}/{method.name}: client streaming is not supported")
         if method.server_streaming:

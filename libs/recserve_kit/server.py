@@ -21,6 +21,8 @@ import uvloop
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from recserve_kit import transport
+from recserve_kit.admin import AdminTokens
 from recserve_kit.config import ServiceSettings
 from recserve_kit.health import DependencyProbe, HealthStatus
 from recserve_kit.logs import setup_logging
@@ -36,6 +38,8 @@ class Registration:
 
     servicer: Any
     full_name: str  # e.g. "recserve.ranker.v1.RankerService"
+    # Methods that change state: they verify the admin token in the service.
+    admin_methods: frozenset[str] = frozenset()
 
 
 Cleanup = Callable[[], Awaitable[None]]
@@ -71,7 +75,8 @@ class Service:
         self._tasks = [asyncio.create_task(loop()) for loop in self.background]
         await self.health.mark_started()
         self.health.start_probes(self.probes)
-        log.info("serving", extra={"fields": {"address": self.address}})
+        security = "mutual TLS" if self.settings.tls_dir else "plaintext (loopback only)"
+        log.info("serving", extra={"fields": {"address": self.address, "transport": security}})
 
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, drain, then let in-flight calls finish, then clean up."""
@@ -97,10 +102,13 @@ def build_server(
 ) -> Service:
     """An unstarted server with health, reflection, error mapping, spans and metrics."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *options])
+    tokens = AdminTokens(settings.admin_jwks) if settings.admin_jwks else None
     for registration in registrations:
         # Our servicers get one wrapper per method (errors, span, metric);
         # health and reflection stay bare: probes need no span.
-        handlers = method_handlers(registration.servicer, registration.full_name, name)
+        handlers = method_handlers(
+            registration.servicer, registration.full_name, name, registration.admin_methods, tokens
+        )
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(registration.full_name, handlers),)
         )
@@ -120,7 +128,7 @@ def build_server(
         ],
         server,
     )
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    port = transport.bind(server, f"{settings.host}:{settings.port}", settings.tls(name))
     if port == 0:
         raise OSError(f"{name}: cannot bind {settings.host}:{settings.port}")
     return Service(name, settings, server, health_status, port, probes)

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from recserve_kit.config import load_settings
-from recserve_stack import auth, envoy
+from recserve_stack import auth, envoy, pki
 from recserve_stack.components import stack_components
 from recserve_stack.runner import Component, ComponentFailed, Runner
 from recserve_stack.settings import StackSettings
@@ -122,9 +122,15 @@ def render_envoy(
 @app.command()
 def keys(
     auth_dir: Annotated[Path, typer.Argument(help="Where the key pair, JWKS and token go.")],
+    tls_dir: Annotated[
+        Path | None, typer.Option(help="Also the stack's CA and certificates, here.")
+    ] = None,
 ) -> None:
-    """Create the admin key pair, JWKS and token once (the Compose init step)."""
+    """Create the admin key pair, JWKS and token, and the stack's certificates,
+    once (the Compose init step); renews what is about to expire."""
     console.print(f"JWKS: {auth.ensure_keys(auth_dir)}")
+    if tls_dir is not None:
+        console.print(f"certificates: {pki.ensure_pki(tls_dir)}")
 
 
 if __name__ == "__main__":

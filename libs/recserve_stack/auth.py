@@ -17,8 +17,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-ISSUER = "recserve-local"
-AUDIENCE = "recserve-admin"
+from recserve_kit.admin import AUDIENCE, ISSUER
+
 KEY_ID = "recserve-admin-1"
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import os
 
-from recserve_stack import envoy, triton
+from recserve_kit.transport import Tls
+from recserve_stack import auth, envoy, pki, triton
 from recserve_stack.probes import grpc_serving, http_ok
 from recserve_stack.runner import Component
 from recserve_stack.settings import ROOT, StackSettings
@@ -23,6 +24,9 @@ def service_environment(settings: StackSettings) -> dict[str, str]:
         env[prefix + "PORT"] = str(getattr(settings, f"{name}_port"))
         env[prefix + "METRICS_PORT"] = str(settings.metrics_port(name))
         env[prefix + "DATA_DIR"] = str(settings.data_dir)
+        if settings.tls:
+            env[prefix + "TLS_DIR"] = str(settings.tls_dir)
+            env[prefix + "ADMIN_JWKS"] = str(settings.data_dir / "auth" / "jwks.json")
     env["RECSERVE_RANKER_TRITON_URL"] = f"{host}:{settings.triton_grpc_port}"
     env["RECSERVE_RANKER_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
     env["RECSERVE_GATEWAY_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
@@ -34,12 +38,17 @@ def service_environment(settings: StackSettings) -> dict[str, str]:
 AFTER = {"ranker": ("triton", "features"), "gateway": ("features", "retriever", "ranker")}
 
 
+def operator_tls(settings: StackSettings) -> Tls | None:
+    """The certificate the runner, tools and tests call internal ports with."""
+    return Tls.load(settings.tls_dir, "operator") if settings.tls else None
+
+
 def service_component(settings: StackSettings, name: str, env: dict[str, str]) -> Component:
     address = f"{settings.host}:{getattr(settings, f'{name}_port')}"
     return Component(
         name=name,
         argv=[str(settings.python), "-u", "-m", f"services.{name}"],
-        ready=functools.partial(grpc_serving, address),
+        ready=functools.partial(grpc_serving, address, tls=operator_tls(settings)),
         env=env,
         cwd=ROOT,
         address=address,
@@ -61,7 +70,7 @@ def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Compo
             Component(
                 name=f"gateway-{n}",
                 argv=[str(settings.python), "-u", "-m", "services.gateway"],
-                ready=functools.partial(grpc_serving, address),
+                ready=functools.partial(grpc_serving, address, tls=operator_tls(settings)),
                 env=replica_env,
                 cwd=ROOT,
                 address=address,
@@ -72,19 +81,26 @@ def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Compo
 
 
 def stack_components(settings: StackSettings) -> list[Component]:
+    auth.ensure_keys(settings.data_dir / "auth")
+    if settings.tls:
+        pki.ensure_pki(settings.tls_dir)
     env = {**os.environ, **service_environment(settings), "PYTHONUNBUFFERED": "1"}
     if "OTEL_TRACES_SAMPLER" not in os.environ:
         # Exporting every span cost the gateway a fifth of its CPU under load
         # (py-spy); a sampled share measures the latency budget as well.
         env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
         env["OTEL_TRACES_SAMPLER_ARG"] = str(settings.trace_sample_ratio)
-    triton_url = f"http://{settings.host}:{settings.triton_http_port}"
     envoy_admin = f"http://{settings.host}:{settings.envoy_admin_port}"
     components = [
         Component(
             name="triton",
             argv=triton.command(settings, triton.available_models(settings)),
-            ready=functools.partial(http_ok, f"{triton_url}/v2/health/ready"),
+            # gRPC health (Triton's own): no HTTP port with TLS on.
+            ready=functools.partial(
+                grpc_serving,
+                f"{settings.host}:{settings.triton_grpc_port}",
+                tls=operator_tls(settings),
+            ),
             env=triton.environment(settings),
             address=f"{settings.host}:{settings.triton_grpc_port}",
         ),

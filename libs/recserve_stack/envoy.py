@@ -10,7 +10,7 @@ from pathlib import Path
 from string import Template
 from urllib.parse import urlsplit
 
-from recserve_stack import auth
+from recserve_stack import auth, pki
 from recserve_stack.settings import ROOT, StackSettings
 
 TEMPLATE = ROOT / "infra" / "envoy" / "envoy.yaml"
@@ -78,6 +78,36 @@ def endpoints(host: str, ports: list[int]) -> str:
     )
 
 
+UPSTREAM_TLS = """\
+      # Mutual TLS to the service: Envoy shows its own certificate and takes
+      # only the service's, signed by the stack's CA.
+      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+          sni: {name}
+          common_tls_context:
+            alpn_protocols: [h2]
+            tls_certificates:
+              - certificate_chain: {{ filename: {tls_dir}/envoy.pem }}
+                private_key: {{ filename: {tls_dir}/envoy.key }}
+            validation_context:
+              trusted_ca: {{ filename: {tls_dir}/ca.pem }}
+              match_typed_subject_alt_names:
+                - san_type: DNS
+                  matcher: {{ exact: {name} }}"""
+
+UPSTREAMS = ("gateway", "retriever", "features", "ranker")
+
+
+def upstream_tls(tls_dir: Path | str | None) -> dict[str, str]:
+    """The ``<cluster>_tls`` template values: a TLS transport socket, or nothing."""
+    return {
+        f"{name}_tls": UPSTREAM_TLS.format(name=name, tls_dir=tls_dir) if tls_dir else ""
+        for name in UPSTREAMS
+    }
+
+
 def render(settings: StackSettings, values: dict[str, object] | None = None) -> str:
     mapping: dict[str, object] = {
         "admin_port": settings.envoy_admin_port,
@@ -97,6 +127,7 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
         "tracing": "",
         "tracing_cluster": "",
         "cluster_type": "STATIC",  # loopback IPs; Compose uses names (STRICT_DNS)
+        **upstream_tls(settings.tls_dir if settings.tls else None),
     }
     endpoint = otlp_endpoint()
     if endpoint is not None:
@@ -124,6 +155,7 @@ def render_compose(settings: StackSettings | None = None) -> str:
         "gateway_endpoints": endpoints("gateway", [settings.gateway_port]),
         "descriptor_set": "/etc/envoy/recserve.pb",
         "jwks_path": "/data/auth/jwks.json",
+        **upstream_tls("/data/tls"),
         # Every request: the Collector's tail sampling decides what to keep.
         "tracing": TRACING.format(percent=100),
         "tracing_cluster": TRACING_CLUSTER.format(
@@ -136,6 +168,8 @@ def render_compose(settings: StackSettings | None = None) -> str:
 
 def write_config(settings: StackSettings) -> Path:
     auth.ensure_keys(settings.data_dir / "auth")
+    if settings.tls:
+        pki.ensure_pki(settings.tls_dir)
     path = settings.data_dir / "envoy" / "envoy.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(settings))

@@ -11,9 +11,14 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from recserve_kit import transport
+from recserve_kit.transport import Tls
 
-async def grpc_serving(address: str, service: str = "", timeout_s: float = 1.0) -> bool:
-    async with grpc.aio.insecure_channel(address) as channel:
+
+async def grpc_serving(
+    address: str, service: str = "", timeout_s: float = 1.0, tls: Tls | None = None
+) -> bool:
+    async with transport.aio_channel(address, tls) as channel:
         try:
             reply = await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=service), timeout=timeout_s

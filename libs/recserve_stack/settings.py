@@ -54,6 +54,11 @@ class StackSettings(BaseSettings):
         description="Share of requests traced (Envoy, or the gateway without a collector); "
         "OTEL_TRACES_SAMPLER, when set, wins for the services.",
     )
+    tls: bool = Field(
+        True,
+        description="Mutual TLS on every internal port (certificates from a local CA in "
+        "<data_dir>/tls). False: plaintext on loopback, only to measure what TLS costs.",
+    )
     triton_venv: Path = ROOT / ".venv-triton"
     # Triton model repository; the pipeline generates it under the data dir.
     triton_repository: Path | None = None
@@ -66,6 +71,10 @@ class StackSettings(BaseSettings):
     @property
     def repository(self) -> Path:
         return self.triton_repository or self.data_dir / "triton" / "repository"
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.data_dir / "tls"
 
     @property
     def gateway_ports(self) -> list[int]:

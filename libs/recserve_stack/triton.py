@@ -14,6 +14,7 @@ import sysconfig
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from recserve_kit.transport import TRITON_CONTROL_HEADER, TRITON_CONTROL_SECRET
 from recserve_stack.settings import StackSettings
 
 
@@ -68,6 +69,8 @@ def command(settings: StackSettings, models: list[str]) -> list[str]:
         f"--metrics-port={settings.triton_metrics_port}",
         "--log-verbose=0",
     ]
+    if settings.tls:
+        argv += security_flags(settings.tls_dir)
     traces = otlp_http_traces_url()
     if traces:
         # Only requests that carry a trace context (from the ranker) are traced.
@@ -82,6 +85,27 @@ def command(settings: StackSettings, models: list[str]) -> list[str]:
         argv.append(f"--model-config-name={settings.triton_config_name}")
     argv += [f"--load-model={name}" for name in models]
     return argv
+
+
+# Model control (load/unload, the repository index) and the settings that
+# could be abused (shared memory, trace, log) need the ranker's secret header.
+CONTROL_PROTOCOLS = "model-repository,shared-memory,trace,logging"
+
+
+def security_flags(tls_dir: Path) -> list[str]:
+    """Mutual TLS on gRPC (only the stack's certificates get in) and the
+    control APIs behind the secret header (issue 16, finding 1). No HTTP:
+    tritonserver has no TLS there, and readiness is asked over gRPC."""
+    secret = (tls_dir / TRITON_CONTROL_SECRET).read_text().strip()
+    restriction = f"{TRITON_CONTROL_HEADER}={secret}"
+    return [
+        "--grpc-use-ssl-mutual=true",
+        f"--grpc-server-cert={tls_dir / 'triton.pem'}",
+        f"--grpc-server-key={tls_dir / 'triton.key'}",
+        f"--grpc-root-cert={tls_dir / 'ca.pem'}",
+        f"--grpc-restricted-protocol={CONTROL_PROTOCOLS}:{restriction}",
+        "--allow-http=false",
+    ]
 
 
 def otlp_http_traces_url() -> str:

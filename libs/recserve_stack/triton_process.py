@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from recserve_stack import triton
-from recserve_stack.probes import http_ok, wait_until
+from recserve_kit.transport import Tls
+from recserve_stack import pki, triton
+from recserve_stack.probes import grpc_serving, wait_until
 from recserve_stack.settings import StackSettings
 
 
@@ -39,10 +40,15 @@ class TritonProcess:
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.settings.triton_http_port}"
 
+    @property
+    def tls(self) -> Tls | None:
+        """The operator's certificate when Triton runs with mutual TLS."""
+        return Tls.load(self.settings.tls_dir, "operator") if self.settings.tls else None
+
     def ready(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"tritonserver exited:\n{self.log.read_text()[-3000:]}")
-        return asyncio.run(http_ok(f"{self.http_url}/v2/health/ready"))
+        return asyncio.run(grpc_serving(self.grpc_url, tls=self.tls))
 
     @property
     def ports(self) -> list[int]:
@@ -60,10 +66,17 @@ class TritonProcess:
 
 
 def start_triton(
-    data_dir: Path, repository: Path, models: list[str], ports: list[int] | None = None
+    data_dir: Path,
+    repository: Path,
+    models: list[str],
+    ports: list[int] | None = None,
+    tls: bool = False,
 ) -> TritonProcess:
+    """Plaintext unless ``tls``: then with the stack's mutual TLS and control
+    secret, from a CA made in ``data_dir/tls``."""
     http, grpc_port, metrics = ports or free_ports(3)
     settings = StackSettings(
+        tls=tls,
         data_dir=data_dir,
         triton_repository=repository,
         triton_http_port=http,
@@ -72,6 +85,8 @@ def start_triton(
     )
     log = data_dir / "triton.log"
     data_dir.mkdir(parents=True, exist_ok=True)
+    if tls:
+        pki.ensure_pki(settings.tls_dir)
     with log.open("ab") as out:
         process = subprocess.Popen(
             triton.command(settings, models),
@@ -84,8 +99,10 @@ def start_triton(
 
 
 @contextmanager
-def running_triton(data_dir: Path, repository: Path, models: list[str]) -> Iterator[TritonProcess]:
-    server = start_triton(data_dir, repository, models)
+def running_triton(
+    data_dir: Path, repository: Path, models: list[str], tls: bool = False
+) -> Iterator[TritonProcess]:
+    server = start_triton(data_dir, repository, models, tls=tls)
     try:
         try:
             wait_until(server.ready, 180, "Triton ready")

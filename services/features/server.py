@@ -55,6 +55,7 @@ async def create_server(settings: FeaturesSettings) -> Service:
             Registration(
                 FeaturesServicer(features),
                 SERVICE_NAME,
+                admin_methods=frozenset({"PushUserEvents"}),
             )
         ],
         probes=[DependencyProbe("online_store", online_store_answers, interval_s=2.0)],

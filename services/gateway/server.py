@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit import transport
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.server import Registration, Service, build_server
@@ -50,7 +51,7 @@ async def backend_serving(channel: grpc.aio.Channel) -> bool:
 
 async def create_server(settings: GatewaySettings) -> Service:
     channels = {
-        name: grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        name: transport.aio_channel(address, settings.tls("gateway"), CHANNEL_OPTIONS)
         for name, address in (
             ("features", settings.features_addr),
             ("retriever", settings.retriever_addr),

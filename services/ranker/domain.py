@@ -28,6 +28,7 @@ from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 from tritonclient.grpc import KeepAliveOptions, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from recserve_kit import transport
 from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from recserve_kit.tracing import is_sampled, outbound_metadata
 from services.ranker.config import RankerSettings
@@ -111,11 +112,16 @@ def output_array(response: service_pb2.ModelInferResponse) -> np.ndarray:
 class Ranker:
     def __init__(self, settings: RankerSettings) -> None:
         self.settings = settings
+        tls = settings.tls("ranker")
         self.client = triton_aio.InferenceServerClient(
-            settings.triton_url, keepalive_options=KEEPALIVE
-        )
-        self.channel = grpc.aio.insecure_channel(
             settings.triton_url,
+            keepalive_options=KEEPALIVE,
+            creds=tls.channel_credentials() if tls else None,
+        )
+        self.control_headers = transport.triton_control_headers(settings.tls_dir)
+        self.channel = transport.aio_channel(
+            settings.triton_url,
+            tls,
             options=[
                 ("grpc.keepalive_time_ms", KEEPALIVE.keepalive_time_ms),
                 ("grpc.keepalive_timeout_ms", KEEPALIVE.keepalive_timeout_ms),
@@ -184,7 +190,7 @@ class Ranker:
             return
         # Reloading re-reads the repository: new versions load beside the ones
         # serving, which keep answering until the policy (latest 2) drops them.
-        await self.client.load_model(model)
+        await self.client.load_model(model, headers=self.control_headers)
         if not await self.client.is_model_ready(model, str(number)):
             raise FailedPrecondition(
                 f"{model} version {number} is not loaded; only the newest two are kept"
@@ -384,7 +390,9 @@ class Ranker:
         return scores[:, 0], loaded.version, int((rows == 0).sum())
 
     async def model_info(self) -> list[tuple[str, str, str]]:
-        index = await self.client.get_model_repository_index(as_json=True)
+        index = await self.client.get_model_repository_index(
+            headers=self.control_headers, as_json=True
+        )
         loaded = self.loaded
         names = {self.settings.user_model, self.settings.ranking_model}
         out = []

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import grpc
-
+from recserve_kit import transport
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.server import Registration, Service, build_server
@@ -16,7 +15,7 @@ SERVICE_NAME = "recserve.ranker.v1.RankerService"
 
 async def create_server(settings: RankerSettings) -> Service:
     ranker = Ranker(settings)
-    features = grpc.aio.insecure_channel(settings.features_addr)
+    features = transport.aio_channel(settings.features_addr, settings.tls("ranker"))
     watch = ItemWatch(features, ranker.items.replace, ranker.items.update)
     service = build_server(
         "ranker",
@@ -25,6 +24,7 @@ async def create_server(settings: RankerSettings) -> Service:
             Registration(
                 RankerServicer(ranker),
                 SERVICE_NAME,
+                admin_methods=frozenset({"LoadModel"}),
             )
         ],
         probes=[

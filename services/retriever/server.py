@@ -56,6 +56,7 @@ async def create_server(settings: RetrieverSettings) -> Service:
             Registration(
                 RetrieverServicer(retriever),
                 SERVICE_NAME,
+                admin_methods=frozenset({"UpsertItems", "DeleteItems"}),
             )
         ],
         probes=[DependencyProbe("collection", collection_loaded, interval_s=0.2)],

@@ -62,9 +62,9 @@ calls = st.one_of(
 
 def state(stack):
     """What bad input must not change: the item count and a user's features."""
-    with grpc.insecure_channel(f"127.0.0.1:{stack.port('retriever')}") as channel:
+    with stack.internal_channel("retriever") as channel:
         info = retriever_pb2_grpc.RetrieverServiceStub(channel).GetInfo(rpb.GetInfoRequest())
-    with grpc.insecure_channel(f"127.0.0.1:{stack.port('features')}") as channel:
+    with stack.internal_channel("features") as channel:
         stub = features_pb2_grpc.FeatureServiceStub(channel)
         user = stub.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id="42")).user
     return info.point_count, user.SerializeToString(deterministic=True)

@@ -11,6 +11,7 @@ import urllib.request
 from contextlib import contextmanager
 
 import grpc
+import httpx
 import pandas as pd
 import pytest
 
@@ -188,6 +189,27 @@ def test_the_edge_refuses_large_bodies_and_slow_clients(stack):
         assert answer == b"" or answer.startswith(b"HTTP/1.1 408")
 
 
+def test_bad_grpc_timeout_or_encoding_headers_are_invalid_argument(stack):
+    """Issue 16, finding 6: these came back INTERNAL from the gateway's gRPC
+    library; Envoy now answers them as the client's error."""
+    payload = pb.RecommendRequest(user_id="42", k=3).SerializeToString()
+    frame = b"\x00" + len(payload).to_bytes(4, "big") + payload
+    url = f"http://{stack.envoy_address}/recserve.recommend.v1.RecommendService/Recommend"
+    base = {"content-type": "application/grpc", "te": "trailers"}
+    with httpx.Client(http1=False, http2=True, timeout=10) as client:
+        for name, value in (
+            ("grpc-timeout", "abc"),
+            ("grpc-timeout", "123456789S"),  # nine digits: over the spec's eight
+            ("grpc-encoding", "bogus"),
+        ):
+            reply = client.post(url, content=frame, headers={**base, name: value})
+            assert reply.headers.get("grpc-status") == "3", (name, value)
+            assert name in reply.headers["grpc-message"]
+        for name, value in (("grpc-timeout", "5S"), ("grpc-encoding", "identity")):
+            reply = client.post(url, content=frame, headers={**base, name: value})
+            assert "grpc-status" not in reply.headers and len(reply.content) > 5, (name, value)
+
+
 def test_a_gateway_killed_under_load_costs_no_client_error(stack, stub):
     """Issue 16, finding 7: SIGKILL of the gateway under load failed 21 of
     1,500 requests; with two gateways Envoy retries on the other one, and the
@@ -297,7 +319,7 @@ def test_a_request_that_queued_too_long_is_shed_and_clients_cannot_forge_it(stac
     import time
 
     stale = (("x-request-start", f"{time.time() - 1.0:.6f}"),)  # queued a whole second
-    with grpc.insecure_channel(f"127.0.0.1:{stack.port('gateway')}") as channel:
+    with stack.internal_channel("gateway") as channel:
         direct = recommend_pb2_grpc.RecommendServiceStub(channel)
         reply = direct.Recommend(pb.RecommendRequest(user_id="42", k=10), metadata=stale)
     assert reply.degraded and REASON(reply.degraded_reason) == "DEGRADED_REASON_SHED"
@@ -318,8 +340,13 @@ def gateway_metric(stack, name):
     raise AssertionError(f"{name} not exported")
 
 
-async def burst(address, size):
-    async with grpc.aio.insecure_channel(address) as channel:
+async def burst(stack, size, direct_to_gateway=False):
+    """``size`` Recommends at once, through Envoy or to the gateway's own port."""
+    if direct_to_gateway:
+        channel = stack.internal_aio_channel("gateway")
+    else:
+        channel = grpc.aio.insecure_channel(stack.envoy_address)
+    async with channel:
         direct = recommend_pb2_grpc.RecommendServiceStub(channel)
         calls = [
             direct.Recommend(pb.RecommendRequest(user_id=str(1 + n), k=10), timeout=5)
@@ -337,7 +364,7 @@ def test_overload_is_shed_at_the_door_by_an_adaptive_bound(stack, stub):
     reasons = []
     with frozen(stack, "services.retriever"):
         for _ in range(30):  # the bound falls by 10% at most once per 50 ms
-            replies = asyncio.run(burst(f"127.0.0.1:{stack.port('gateway')}", 32))
+            replies = asyncio.run(burst(stack, 32, direct_to_gateway=True))
             assert all(r.degraded and len(r.items) == 10 for r in replies)
             reasons += [REASON(r.degraded_reason) for r in replies]
         limit = gateway_metric(stack, "recserve_gateway_concurrency_limit")
@@ -362,7 +389,7 @@ def test_a_burst_after_a_quiet_spell_is_served_not_shed(stack, stub):
         0.1,
         "the gateway's bound to recover",
     )
-    replies = asyncio.run(burst(stack.envoy_address, 8))
+    replies = asyncio.run(burst(stack, 8))
     assert len(replies) == 8 and all(len(r.items) == 10 for r in replies)
     reasons = [REASON(r.degraded_reason) for r in replies if r.degraded]
     assert "DEGRADED_REASON_SHED" not in reasons, reasons

@@ -18,7 +18,7 @@ from compose_spec import PyCompose
 
 from recserve_kit import attributes
 from recserve_kit.config import env_name
-from recserve_stack import auth, envoy
+from recserve_stack import auth, envoy, pki, triton
 from recserve_stack.components import service_environment
 from recserve_stack.settings import StackSettings
 from services.features.config import FeaturesSettings
@@ -120,15 +120,39 @@ def test_addresses_healthchecks_and_ports_agree():
     host, port = services["ranker"]["environment"]["RECSERVE_RANKER_TRITON_URL"].split(":")
     assert host == "triton" and int(port) == TRITON_PORTS["grpc"]
     assert "8000/v2/health/ready" in " ".join(services["triton"]["healthcheck"]["test"])
+    init = " ".join(services["init"]["command"])
+    assert "keys /data/auth --tls-dir /data/tls" in init  # the CA and certificates
+    for service in SETTINGS:
+        test = services[service]["healthcheck"]["test"]
+        assert test[-2:] == ["--tls-dir", "/data/tls"]  # the ports take nothing else
     qdrant = urlsplit(services["retriever"]["environment"]["RECSERVE_RETRIEVER_QDRANT_URL"])
     assert qdrant.hostname == "qdrant"
     redis = urlsplit(services["features"]["environment"]["RECSERVE_FEATURES_REDIS_URL"])
     assert redis.hostname == "redis"
-    init = " ".join(services["init"]["command"])
     assert redis.geturl() in init and qdrant.geturl() in init
     nightly = services["rescore"]
     assert nightly["profiles"] == ["nightly"] and redis.geturl() in nightly["command"]
     assert nightly["image"] == services["init"]["image"]
+
+
+@pytest.mark.parametrize(
+    "dockerfile", ["infra/triton/cpu.Dockerfile", "infra/triton/gpu.Dockerfile"]
+)
+def test_triton_in_compose_gets_the_runners_security_flags(dockerfile, tmp_path):
+    """The start script adds what the local runner passes, except HTTP: kept
+    for the healthcheck, answering health alone."""
+    assert '"start-triton"' in (ROOT / dockerfile).read_text()
+    script = (ROOT / "infra" / "triton" / "start.sh").read_text()
+    tls_dir = pki.ensure_pki(tmp_path / "tls")
+    secret = (tls_dir / "triton-control.secret").read_text()
+    unquoted = script.replace('"', "")
+    for flag in triton.security_flags(tls_dir):
+        if flag != "--allow-http=false":
+            # The script reads the same files from /data/tls, the secret at start.
+            expected = flag.replace(str(tls_dir), "$tls").replace(secret, "")
+            assert expected.split("recserve-triton-control=")[0] in unquoted, flag
+    http = script.split("--http-restricted-api=")[1].split(":")[0]
+    assert "health" not in http.split(",") and "inference" in http
 
 
 def test_dependencies_wait_for_health_and_only_the_edge_is_published():
@@ -186,8 +210,14 @@ def test_the_compose_envoy_config_is_current_and_valid(tmp_path):
     assert app_services()["envoy"]["ports"] == [f"{listener['port_value']}:8080"]
     # Validate with the files Compose mounts at those paths made here.
     jwks = auth.ensure_keys(tmp_path / "auth")
+    tls_dir = pki.ensure_pki(tmp_path / "tls")
     local = text.replace("/etc/envoy/recserve.pb", str(ROOT / "build" / "recserve.pb"))
-    local = local.replace("/data/auth/jwks.json", str(jwks))
+    local = local.replace("/data/auth/jwks.json", str(jwks)).replace("/data/tls", str(tls_dir))
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster["name"] in SETTINGS:  # mutual TLS to every service, checking its name
+            context = cluster["transport_socket"]["typed_config"]
+            names = context["common_tls_context"]["validation_context"]
+            assert names["match_typed_subject_alt_names"][0]["matcher"]["exact"] == cluster["name"]
     (tmp_path / "envoy.yaml").write_text(local)
     result = envoy.validate(tmp_path / "envoy.yaml")
     assert result.returncode == 0, result.stderr or result.stdout

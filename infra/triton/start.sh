@@ -1,0 +1,27 @@
+#!/bin/sh
+# Starts tritonserver in the Compose stack with the stack's security settings
+# (issue 16, finding 1): gRPC takes only certificates of the stack's CA, model
+# control needs the ranker's secret header, and HTTP answers health alone
+# (the healthcheck's; no TLS there, so nothing else). The same flags as the
+# local runner's libs/recserve_stack/triton.py (tests/integration/
+# test_compose.py compares them), except that the local stack turns HTTP off:
+# there any local user can read the secret from the process list.
+# Usage: start.sh TRITONSERVER [ARGS...]; TRITON_EXTRA_ARGS are appended.
+set -eu
+tls=/data/tls
+if [ ! -f "$tls/triton.pem" ] || [ ! -f "$tls/triton-control.secret" ]; then
+  echo "no certificates in $tls: the init step makes them (python -m recserve_stack keys)" >&2
+  exit 1
+fi
+restriction="recserve-triton-control=$(cat "$tls/triton-control.secret")"
+server=$1
+shift
+# shellcheck disable=SC2086  # TRITON_EXTRA_ARGS is a list of flags
+exec "$server" "$@" \
+  --grpc-use-ssl-mutual=true \
+  --grpc-server-cert="$tls/triton.pem" \
+  --grpc-server-key="$tls/triton.key" \
+  --grpc-root-cert="$tls/ca.pem" \
+  --grpc-restricted-protocol="model-repository,shared-memory,trace,logging:$restriction" \
+  --http-restricted-api="metadata,inference,shared-memory,model-config,model-repository,statistics,trace,logging:$restriction" \
+  ${TRITON_EXTRA_ARGS:-}

@@ -1,0 +1,43 @@
+"""Classic baselines on the same split, so every build prints where the served
+models stand: item-kNN (cosine) and EASE (Steck 2019, closed form).
+
+Both read the user's whole training history (everything before the holdout)
+as a binary row; the served models see the last 20 items and the profile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from recserve_model.encoding import Encoder
+
+EASE_LAMBDA = 300.0
+
+
+def interactions(train: pd.DataFrame, encoder: Encoder, users: list[str]) -> np.ndarray:
+    """[len(users), num_rows] binary matrix (row 0, the unknown item, stays empty)."""
+    index = {user: i for i, user in enumerate(users)}
+    matrix = np.zeros((len(users), encoder.spec.num_rows), dtype=np.float32)
+    known = train[train["user_id"].isin(index)]
+    rows = encoder.item_rows(list(known["item_id"]))
+    matrix[known["user_id"].map(index).to_numpy(), rows] = 1.0
+    return matrix
+
+
+def ease(matrix: np.ndarray, lam: float = EASE_LAMBDA) -> np.ndarray:
+    """The item-item weights B with a zero diagonal; scores are ``matrix @ B``."""
+    gram = (matrix.T @ matrix).astype(np.float64)
+    gram[np.diag_indices_from(gram)] += lam
+    inverse = np.linalg.inv(gram)
+    weights = -inverse / np.diag(inverse)
+    weights[np.diag_indices_from(weights)] = 0.0
+    return weights.astype(np.float32)
+
+
+def item_knn(matrix: np.ndarray) -> np.ndarray:
+    """Cosine similarity between items' user columns, zero diagonal."""
+    norms = np.sqrt((matrix * matrix).sum(axis=0))
+    norms[norms == 0] = 1.0
+    similarity = (matrix.T @ matrix) / np.outer(norms, norms)
+    similarity[np.diag_indices_from(similarity)] = 0.0
+    return similarity.astype(np.float32)

@@ -1,0 +1,94 @@
+"""Issue 16, finding 1, on the running stack: every internal port takes only
+the stack's own certificates, admin RPCs check the token inside the service
+as well, and Triton's model control answers the ranker's secret alone.
+
+Before: an UpsertItems and a hard DeleteItems on the retriever's port
+succeeded with no credentials, and Triton's load/unload was open to any
+local process."""
+
+import asyncio
+import socket
+
+import grpc
+import pytest
+import tritonclient.grpc.aio as triton_aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
+from recserve.ranker.v1 import ranker_pb2 as kpb
+from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve.retriever.v1 import retriever_pb2 as rpb
+from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit import transport
+
+INTERNAL = ("gateway", "features", "retriever", "ranker", "triton_grpc")
+
+
+@pytest.mark.parametrize("name", INTERNAL)
+def test_internal_ports_refuse_callers_without_the_stacks_certificate(stack, name):
+    address = f"127.0.0.1:{stack.port(name)}"
+    request = health_pb2.HealthCheckRequest()
+    no_cert = grpc.ssl_channel_credentials(stack.tls.ca)
+    for channel in (grpc.insecure_channel(address), grpc.secure_channel(address, no_cert)):
+        with channel, pytest.raises(grpc.RpcError) as refused:
+            health_pb2_grpc.HealthStub(channel).Check(request, timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    with transport.channel(address, stack.tls) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(request, timeout=5)
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_admin_rpcs_on_internal_ports_need_the_admin_token(stack):
+    """The issue's reproducer, with a certificate of the stack but no token."""
+    forged = (("authorization", "Bearer x.y.z"),)
+    with stack.internal_channel("retriever") as channel:
+        retriever = retriever_pb2_grpc.RetrieverServiceStub(channel)
+        count = retriever.GetInfo(rpb.GetInfoRequest()).point_count
+        upsert = rpb.UpsertItemsRequest(
+            items=[rpb.Item(item_id="9000000001", vector=[0.1] * 64, categories=["Drama"])]
+        )
+        hard_delete = rpb.DeleteItemsRequest(item_ids=["1"], mode=rpb.DELETE_MODE_HARD)
+        for call, request in (
+            (retriever.UpsertItems, upsert),
+            (retriever.DeleteItems, hard_delete),
+        ):
+            for metadata in ((), forged):
+                with pytest.raises(grpc.RpcError) as refused:
+                    call(request, metadata=metadata, timeout=5)
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert retriever.GetInfo(rpb.GetInfoRequest()).point_count == count
+    with stack.internal_channel("features") as channel:
+        push = fpb.PushUserEventsRequest(events=[fpb.UserEvent(user_id="42", item_id="1")])
+        with pytest.raises(grpc.RpcError) as refused:
+            features_pb2_grpc.FeatureServiceStub(channel).PushUserEvents(push, timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with stack.internal_channel("ranker") as channel:
+        ranker = ranker_pb2_grpc.RankerServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            ranker.LoadModel(kpb.LoadModelRequest(version="anything"), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_tritons_model_control_answers_only_the_rankers_secret(stack):
+    async def check() -> None:
+        client = triton_aio.InferenceServerClient(
+            f"127.0.0.1:{stack.port('triton_grpc')}", creds=stack.tls.channel_credentials()
+        )
+        try:
+            assert await client.is_server_ready()  # inference and health: any stack member
+            for control in (
+                client.unload_model("ranker"),
+                client.load_model("ranker"),
+                client.get_model_repository_index(),
+            ):
+                with pytest.raises(InferenceServerException, match="restricted"):
+                    await control
+            assert await client.is_model_ready("ranker")  # nothing was unloaded
+        finally:
+            await client.close()
+
+    asyncio.run(check())
+    with socket.socket() as probe:  # no HTTP: tritonserver has no TLS there
+        assert probe.connect_ex(("127.0.0.1", stack.port("triton_http"))) != 0
