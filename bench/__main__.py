@@ -114,6 +114,52 @@ def answers(
 
 
 @app.command()
+def quality(
+    target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
+    data_dir: Annotated[Path, typer.Option(help="The stack's data dir.")] = Path("data"),
+    out: Path | None = None,
+) -> None:
+    """Recall and NDCG of Recommend through the live stack for every held-out
+    user, next to the offline evaluation of the artifact it serves."""
+    from bench.quality import compare
+
+    result = compare(target, data_dir.resolve())
+    table = Table(title=f"{result['users']} held-out users, artifact {result['artifact']}")
+    for column in ("metric", "offline", "live (Envoy)", "difference"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    offline, live, diff = result["offline"], result["live"], result["relative_difference"]
+    assert isinstance(offline, dict) and isinstance(live, dict) and isinstance(diff, dict)
+    for key in offline:
+        table.add_row(key, f"{offline[key]:.4f}", f"{live[key]:.4f}", f"{diff[key]:+.2%}")
+    console.print(table)
+    console.print(
+        f"degraded answers: {result['degraded_answers']}; served by {result['served_versions']}"
+    )
+    write(out, {"benchmark": "live_quality", **result})
+
+
+@app.command("cold-start")
+def cold_start(
+    data_dir: Annotated[Path, typer.Option(help="A data dir with the raw data.")] = Path("data"),
+    out: Path | None = None,
+) -> None:
+    """Users held out of training entirely, served from attributes: vs popularity."""
+    from bench.cold_start import run as run_cold
+
+    result = run_cold(data_dir / "raw")
+    for protocol, rows in result.items():
+        table = Table(title=f"cold-start users, {protocol}")
+        for column in ("served from", "recall@10", "recall@100", "ndcg@10"):
+            table.add_column(column, justify="left" if column == "served from" else "right")
+        for name, metrics in rows.items():
+            table.add_row(
+                name, *(f"{metrics[k]:.4f}" for k in ("recall@10", "recall@100", "ndcg@10"))
+            )
+        console.print(table)
+    write(out, {"benchmark": "cold_start", **result})
+
+
+@app.command()
 def features(
     data_dir: Annotated[Path, typer.Option(help="A data dir with built artifacts.")] = Path("data"),
     redis_url: Annotated[str, typer.Option(help="A running Redis (host:port); empty skips.")] = "",

@@ -41,3 +41,33 @@ def item_knn(matrix: np.ndarray) -> np.ndarray:
     similarity = (matrix.T @ matrix) / np.outer(norms, norms)
     similarity[np.diag_indices_from(similarity)] = 0.0
     return similarity.astype(np.float32)
+
+
+# The ranker's affinity feature: EASE over the user's recent items, most
+# recent weighted most (exp(-k / 10) for the k-th most recent), through a
+# rank-64 factorisation of B. On this split (the last 20 items): NDCG@10
+# 0.164 at full rank, 0.170 at rank 64 (the truncation regularises), against
+# 0.140 for EASE over the whole history unweighted (docs/evaluation.md).
+RECENCY_TAU = 10.0
+AFFINITY_RANK = 64
+
+
+def recency_weights(length: int, tau: float = RECENCY_TAU) -> np.ndarray:
+    return np.exp(-np.arange(length, dtype=np.float64) / tau).astype(np.float32)
+
+
+def affinity_factors(
+    weights: np.ndarray, rank: int = AFFINITY_RANK
+) -> tuple[np.ndarray, np.ndarray]:
+    """(history side, item side), each [num_rows, rank]: B ~ history @ item.T."""
+    left, singular, right = np.linalg.svd(weights.astype(np.float64))
+    history = left[:, :rank] * singular[:rank]
+    return history.astype(np.float32), right[:rank].T.astype(np.float32)
+
+
+def fit_affinity(
+    train: pd.DataFrame, encoder: Encoder, rank: int = AFFINITY_RANK
+) -> tuple[np.ndarray, np.ndarray]:
+    """The affinity factors from every user's interactions in ``train``."""
+    users = sorted(train["user_id"].unique())
+    return affinity_factors(ease(interactions(train, encoder, users)), rank)

@@ -28,6 +28,7 @@ from pipelines.train import (
     build_spec,
     encode_inputs,
     item_vectors,
+    set_affinity,
     train_ranker,
     train_two_tower,
 )
@@ -38,6 +39,7 @@ MODEL_SOURCES = [
     ROOT / "pipelines" / "models.py",
     ROOT / "pipelines" / "train.py",
     ROOT / "pipelines" / "export.py",
+    ROOT / "pipelines" / "baselines.py",  # the ranker's affinity factors
     ROOT / "libs" / "recserve_model" / "encoding.py",
 ]
 POPULAR_PER_LIST = 100
@@ -112,9 +114,12 @@ def train_and_export(
     inputs_then = encode_inputs(spec, dataset.feature_tables(data, split.tower_train))
     with Progress(console=console, transient=False) as progress:
         tower = train_two_tower(split, inputs, config, progress)
-        ranker = train_ranker(
+        ranker, ranker_training = train_ranker(
             split, inputs_then, tower, item_vectors(tower, inputs_then), config, progress
         )
+    # Served: the affinity refit on everything before the holdout, as the
+    # features are (the ranker learned on the same fit as of the tower period).
+    set_affinity(ranker, split.train, inputs.encoder)
     vectors = item_vectors(tower, inputs)
     spec.save(out / "encoding.json")
     features_dir = out / "features"
@@ -135,6 +140,11 @@ def train_and_export(
     }
     torch.save({"tower": tower.state_dict(), "ranker": ranker.state_dict()}, out / "torch_state.pt")
     console.print("evaluating on the held-out split")
+    (out / "ranker_training.json").write_text(json.dumps(ranker_training, indent=2))
+    console.print(
+        f"ranker: kept epoch {ranker_training['kept_epoch']} (held-out users' NDCG@10 "
+        f"by epoch: {ranker_training['held_out_ndcg@10_by_epoch']})"
+    )
     metrics = evaluate.evaluate(split, inputs, vectors, paths)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return metrics

@@ -31,10 +31,12 @@ def session(path: Path) -> ort.InferenceSession:
 
 
 def metrics_at(ranked: np.ndarray, truth: set[int]) -> dict[str, float]:
-    """ranked: item rows best first. Recall and NDCG against the truth set."""
+    """ranked: item rows (or ids) best first. Recall and NDCG against the truth set."""
     hits = np.isin(ranked, list(truth))
     out = {f"recall@{k}": float(hits[:k].sum() / len(truth)) for k in CUTOFFS}
-    gains = hits[:10] / np.log2(np.arange(2, 12))
+    top = np.zeros(10, dtype=bool)  # a shorter list scores no gain past its end
+    top[: min(10, len(hits))] = hits[:10]
+    gains = top / np.log2(np.arange(2, 12))
     ideal = (1 / np.log2(np.arange(2, 2 + min(10, len(truth))))).sum()
     out["ndcg@10"] = float(gains.sum() / ideal)
     return out
@@ -47,9 +49,11 @@ def ranker_scores(
     user_features: np.ndarray,
     inputs: Inputs,
     retrieval: np.ndarray,
+    history: np.ndarray,
 ) -> np.ndarray:
     n = len(rows)
     feed = {
+        "history": np.repeat(history[None, :], n, axis=0),
         "item_id": rows[:, None].astype(np.int64),
         "user_vector": np.repeat(user_vector[None, :], n, axis=0),
         "user_features": np.repeat(user_features[None, :], n, axis=0),
@@ -60,14 +64,19 @@ def ranker_scores(
 
 
 def evaluate(
-    split: Split, inputs: Inputs, vectors: np.ndarray, models: dict[str, Path]
+    split: Split,
+    inputs: Inputs,
+    vectors: np.ndarray,
+    models: dict[str, Path],
+    only_users: set[str] | None = None,
 ) -> dict[str, dict[str, float]]:
+    """Mean metrics over every held-out user, or over ``only_users`` of them."""
     encoder = inputs.encoder
     train = split.train
     recent = recent_items(train)
     seen = seen_rows(train, encoder)
     truth = seen_rows(split.test, encoder)
-    users = sorted(truth)
+    users = sorted(u for u in truth if only_users is None or u in only_users)
     user_tower = session(models["user_tower"])
     rankers = {"ranked": session(models["ranker"]), "ranked_int8": session(models["ranker_int8"])}
     feats = np.stack([inputs.user_features[u] for u in users])
@@ -101,9 +110,33 @@ def evaluate(
         retrieved = np.argsort(-scores, kind="stable")[:RERANK_DEPTH]
         add("two_tower", retrieved, user)
         for name, model in rankers.items():
-            s = ranker_scores(model, retrieved, u_vecs[i], feats[i], inputs, scores[retrieved])
+            s = ranker_scores(
+                model, retrieved, u_vecs[i], feats[i], inputs, scores[retrieved], hist[i]
+            )
             add(name, retrieved[np.argsort(-s, kind="stable")], user)
     return totals
+
+
+def evaluate_artifact(
+    artifact: Path, raw_dir: Path, only_users: set[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """The same evaluation, of a built artifact (its ONNX files and vectors)."""
+    from recserve_model.encoding import EncodingSpec
+
+    from pipelines import dataset
+    from pipelines.train import encode_inputs
+
+    data = dataset.load_movielens(raw_dir)
+    split = dataset.temporal_split(data.interactions)
+    spec = EncodingSpec.load(artifact / "encoding.json")
+    inputs = encode_inputs(spec, dataset.feature_tables(data, split.train))
+    table = pd.read_parquet(artifact / "item_vectors.parquet")
+    vectors = np.zeros((spec.num_rows, spec.embedding_dim), dtype=np.float32)
+    vectors[inputs.encoder.item_rows(list(table["item_id"]))] = np.stack(table["vector"])
+    models = {
+        name: artifact / name / "model.onnx" for name in ("user_tower", "ranker", "ranker_int8")
+    }
+    return evaluate(split, inputs, vectors, models, only_users)
 
 
 def as_table(metrics: dict[str, dict[str, float]]) -> pd.DataFrame:

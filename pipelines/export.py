@@ -20,7 +20,14 @@ from pipelines.models import Int8Ranker, Ranker, TwoTower
 
 USER_TOWER_INPUTS = ("user_features", "history")
 USER_TOWER_OUTPUTS = ("user_vector",)
-RANKER_INPUTS = ("item_id", "user_vector", "user_features", "item_features", "retrieval_score")
+RANKER_INPUTS = (
+    "item_id",
+    "user_vector",
+    "user_features",
+    "item_features",
+    "retrieval_score",
+    "history",
+)
 RANKER_OUTPUTS = ("score",)
 
 
@@ -74,6 +81,7 @@ def example_ranker_inputs(spec: EncodingSpec, batch: int = 3) -> tuple[torch.Ten
         torch.zeros(batch, spec.user_dim),
         torch.zeros(batch, spec.item_dim),
         torch.zeros(batch, 1),
+        torch.zeros(batch, HISTORY_LEN, dtype=torch.int64),
     )
 
 

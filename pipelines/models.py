@@ -6,6 +6,11 @@ retriever's dot product is a cosine.
 
 Ranker: scores flat (user, candidate) pairs, one pair per batch row, so
 Triton's dynamic batcher can merge requests with any number of candidates.
+Besides the tower's vectors it reads the user's recent items and scores
+their affinity to the candidate: EASE item-item weights (fit on the training
+interactions, factorised to rank 64, ``baselines.py``) summed over the recent
+items with more weight on the latest; the feature that lifts the ranked list
+past EASE itself (docs/evaluation.md).
 The item-id embedding table is a weight of the graph: ids go in, rows are
 gathered inside the graph, and the table never leaves the server. The int8
 variant stores the table as int8 with a per-row fp16 scale and dequantizes
@@ -16,7 +21,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from recserve_model.encoding import HISTORY_LEN
+from torch import Tensor, nn
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -61,16 +67,43 @@ class TwoTower(nn.Module):
         self.log_scale = nn.Parameter(torch.tensor(2.5))
 
 
-class Ranker(nn.Module):
-    """score(item_row, user_vector, user_features, item_features, retrieval_score)."""
+class Affinity(nn.Module):
+    """Recency-weighted affinity of a candidate to the user's recent items:
+    sum over k of recency[k] * history_side[recent_k] . item_side[candidate]."""
 
-    def __init__(self, num_rows: int, user_dim: int, item_dim: int, dim: int) -> None:
+    def __init__(self, num_rows: int, rank: int, history_len: int) -> None:
+        super().__init__()
+        # Fixed, not learned: fit in closed form (EASE), set by set_factors.
+        self.register_buffer("history_side", torch.zeros(num_rows, rank))
+        self.register_buffer("item_side", torch.zeros(num_rows, rank))
+        self.register_buffer("recency", torch.ones(history_len))
+        self.rank = rank
+
+    def set_factors(self, history_side: Tensor, item_side: Tensor, recency: Tensor) -> None:
+        self.history_side.copy_(history_side)
+        self.item_side.copy_(item_side)
+        self.recency.copy_(recency)
+
+    def forward(self, item_id: Tensor, history: Tensor) -> Tensor:
+        weight = (history > 0).float() * self.recency  # [B, H]; row 0 pads
+        user_side = (self.history_side[history] * weight.unsqueeze(-1)).sum(dim=1)  # [B, R]
+        return (user_side * self.item_side[item_id.squeeze(-1)]).sum(-1, keepdim=True)  # [B, 1]
+
+
+class Ranker(nn.Module):
+    """score(item_row, user_vector, user_features, item_features, retrieval_score, history)."""
+
+    def __init__(
+        self, num_rows: int, user_dim: int, item_dim: int, dim: int, affinity_rank: int = 64
+    ) -> None:
         super().__init__()
         self.table = nn.Parameter(torch.randn(num_rows, dim) * 0.05)
-        self.net = mlp([dim * 3 + user_dim + item_dim + 1, 128, 64, 1])
+        self.affinity = Affinity(num_rows, affinity_rank, HISTORY_LEN)
+        self.net = mlp([dim * 3 + user_dim + item_dim + 2, 128, 64, 1])
         # The MLP learns a correction on top of the retrieval score, which
         # alone is already a good ranking; it starts near zero.
         self.retrieval_weight = nn.Parameter(torch.tensor(10.0))
+        self.affinity_weight = nn.Parameter(torch.tensor(10.0))
         with torch.no_grad():
             last = self.net[-1]
             assert isinstance(last, nn.Linear)
@@ -84,10 +117,25 @@ class Ranker(nn.Module):
         user_features: torch.Tensor,
         item_features: torch.Tensor,
         retrieval_score: torch.Tensor,
+        affinity: torch.Tensor,
     ) -> torch.Tensor:
         return torch.cat(
-            [rows, user_vector, rows * user_vector, user_features, item_features, retrieval_score],
+            [
+                rows,
+                user_vector,
+                rows * user_vector,
+                user_features,
+                item_features,
+                retrieval_score,
+                affinity,
+            ],
             dim=-1,
+        )
+
+    def head(self, x: Tensor, retrieval_score: Tensor, affinity: Tensor) -> Tensor:
+        """The MLP's correction on top of the two strong scores."""
+        return (
+            self.net(x) + self.retrieval_weight * retrieval_score + self.affinity_weight * affinity
         )
 
     def forward(
@@ -97,28 +145,66 @@ class Ranker(nn.Module):
         user_features: torch.Tensor,  # [B, U]
         item_features: torch.Tensor,  # [B, I]
         retrieval_score: torch.Tensor,  # [B, 1]
+        history: torch.Tensor,  # [B, H] int64 rows of the recent items, latest first
     ) -> torch.Tensor:
         rows = self.table[item_id.squeeze(-1)]
-        x = self.features(rows, user_vector, user_features, item_features, retrieval_score)
-        return self.net(x) + self.retrieval_weight * retrieval_score  # [B, 1]
+        affinity = self.affinity(item_id, history)
+        x = self.features(
+            rows, user_vector, user_features, item_features, retrieval_score, affinity
+        )
+        return self.head(x, retrieval_score, affinity)  # [B, 1]
+
+
+def quantize_rows(table: Tensor) -> tuple[Tensor, Tensor]:
+    """int8 rows and a per-row fp16 scale. fp16 scales: 2 bytes a row instead
+    of 4 (10 MB of a 5M-row table's 340), no measurable ranking loss
+    (docs/benchmarks.md). Rows are quantized against the rounded scale, so
+    dequantizing is exact."""
+    table = table.detach()
+    scale = (table.abs().amax(dim=1, keepdim=True).clamp(min=1e-4) / 127.0).to(torch.float16)
+    quantized = torch.round(table / scale.to(torch.float32)).clamp(-127, 127)
+    return quantized.to(torch.int8), scale
+
+
+class Int8Rows(nn.Module):
+    """A row table stored as int8 with per-row scales; indexing dequantizes."""
+
+    def __init__(self, table: Tensor) -> None:
+        super().__init__()
+        quantized, scale = quantize_rows(table)
+        self.register_buffer("table_q", quantized)
+        self.register_buffer("scale", scale)
+
+    def __getitem__(self, index: Tensor) -> Tensor:
+        return self.table_q[index].to(torch.float32) * self.scale[index].to(torch.float32)
+
+
+class Int8Affinity(nn.Module):
+    """The affinity factors in int8 too: at 5M items they outweigh the id table."""
+
+    def __init__(self, affinity: Affinity) -> None:
+        super().__init__()
+        self.history_side = Int8Rows(affinity.history_side)
+        self.item_side = Int8Rows(affinity.item_side)
+        self.register_buffer("recency", affinity.recency.clone())
+
+    forward = Affinity.forward
 
 
 class Int8Ranker(nn.Module):
-    """The same ranker with its table stored as int8 rows and per-row scales."""
+    """The same ranker with its tables stored as int8 rows and per-row scales."""
 
     def __init__(self, ranker: Ranker) -> None:
         super().__init__()
-        table = ranker.table.detach()
-        # fp16 scales: 2 bytes a row instead of 4 (10 MB of a 5M-row table's
-        # 340), no measurable ranking loss (docs/benchmarks.md). Rows are
-        # quantized against the rounded scale, so dequantizing is exact.
-        scale = (table.abs().amax(dim=1, keepdim=True).clamp(min=1e-4) / 127.0).to(torch.float16)
-        quantized = torch.round(table / scale.to(torch.float32)).clamp(-127, 127)
-        self.register_buffer("table_q", quantized.to(torch.int8))
+        quantized, scale = quantize_rows(ranker.table)
+        self.register_buffer("table_q", quantized)
         self.register_buffer("scale", scale)
+        self.affinity = Int8Affinity(ranker.affinity)
         self.net = ranker.net
         self.retrieval_weight = ranker.retrieval_weight
+        self.affinity_weight = ranker.affinity_weight
         self._features = ranker.features
+        self._head = ranker.head
 
     def forward(
         self,
@@ -127,8 +213,12 @@ class Int8Ranker(nn.Module):
         user_features: torch.Tensor,
         item_features: torch.Tensor,
         retrieval_score: torch.Tensor,
+        history: torch.Tensor,
     ) -> torch.Tensor:
         index = item_id.squeeze(-1)
         rows = self.table_q[index].to(torch.float32) * self.scale[index].to(torch.float32)
-        x = self._features(rows, user_vector, user_features, item_features, retrieval_score)
-        return self.net(x) + self.retrieval_weight * retrieval_score
+        affinity = self.affinity(item_id, history)
+        x = self._features(
+            rows, user_vector, user_features, item_features, retrieval_score, affinity
+        )
+        return self._head(x, retrieval_score, affinity)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -12,8 +13,11 @@ import torch.nn.functional as F
 from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 from rich.progress import Progress
 
+from pipelines import baselines
 from pipelines.dataset import Split
 from pipelines.models import Ranker, TwoTower
+
+AFFINITY_BLEND = 10.0
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,7 @@ class TrainConfig:
     ranker_epochs: int = 8
     batch_size: int = 512
     lr: float = 3e-3
+    ranker_lr: float = 1e-3
     ranker_candidates: int = 100
     seed: int = 7
 
@@ -145,6 +150,16 @@ def seen_rows(frame: pd.DataFrame, encoder: Encoder) -> dict[str, set[int]]:
     }
 
 
+def set_affinity(model: Ranker, train: pd.DataFrame, encoder: Encoder) -> None:
+    """The ranker's affinity factors, fit in closed form on ``train``."""
+    history_side, item_side = baselines.fit_affinity(train, encoder, model.affinity.rank)
+    recency = baselines.recency_weights(HISTORY_LEN)
+    with torch.no_grad():
+        model.affinity.set_factors(
+            torch.from_numpy(history_side), torch.from_numpy(item_side), torch.from_numpy(recency)
+        )
+
+
 def train_ranker(
     split: Split,
     inputs: Inputs,
@@ -152,8 +167,9 @@ def train_ranker(
     vectors: np.ndarray,
     config: TrainConfig,
     progress: Progress,
-) -> Ranker:
-    """Learns to re-rank the two-tower's candidates for the ranker window.
+) -> tuple[Ranker, dict[str, Any]]:
+    """Learns to re-rank the two-tower's candidates for the ranker window;
+    returns the model and what training kept (epoch, held-out NDCG per epoch).
 
     ``inputs`` must be encoded from features as of the end of the
     tower-training period (point-in-time correct). Candidates are the tower's
@@ -189,40 +205,80 @@ def train_ranker(
     t_retrieval = torch.from_numpy(np.take_along_axis(scores, cand, 1).astype(np.float32))
     t_uvec = torch.from_numpy(u_vecs)
     t_ufeat = torch.from_numpy(np.stack([inputs.user_features[u] for u in users]))
+    t_hist = torch.from_numpy(np.stack([encoder.history(recent.get(u, [])) for u in users]))
     item_feats = torch.from_numpy(inputs.item_features)
     model = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, config.dim)
+    # Affinity as of the end of the tower period, like every other input here.
+    set_affinity(model, split.tower_train, encoder)
     with torch.no_grad():
         # Start the id table from the item tower's embeddings.
         model.table.copy_(tower.item.id_embedding.weight)
-        # Start as the tower's own softmax: retrieval score at its temperature.
+        # Start as the tower's own softmax: retrieval score at its temperature,
+        # plus the affinity at 10x the retrieval score's weight (the best
+        # fixed blend on this split, docs/evaluation.md; 1x or 100x lose).
         model.retrieval_weight.copy_(tower.log_scale.exp())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr / 3, weight_decay=0.05)
+        model.affinity_weight.copy_(AFFINITY_BLEND * tower.log_scale.exp())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.ranker_lr, weight_decay=0.05)
     generator = torch.Generator().manual_seed(config.seed)
+    # A fifth of the users is held out of the ranker's training: an epoch is
+    # kept only if it ranks their window better than the best so far (the
+    # starting blend included), so training can never make the ranker worse.
+    order = torch.randperm(len(users), generator=generator)
+    held = order[: len(users) // 5]
+    fit = order[len(users) // 5 :]
+
+    def logits(u: torch.Tensor) -> torch.Tensor:
+        rows = t_cand[u].reshape(-1, 1)
+        return model(
+            rows,
+            t_uvec[u].repeat_interleave(n, 0),
+            t_ufeat[u].repeat_interleave(n, 0),
+            item_feats[rows.squeeze(-1)],
+            t_retrieval[u].reshape(-1, 1),
+            t_hist[u].repeat_interleave(n, 0),
+        ).reshape(len(u), n)
+
+    def held_ndcg() -> float:
+        model.eval()
+        with torch.no_grad():
+            value = ndcg_at_10(logits(held), t_label[held])
+        model.train()
+        return value
+
     users_per_step = max(1, config.batch_size // n) * 4
-    steps = (len(users) + users_per_step - 1) // users_per_step
+    steps = (len(fit) + users_per_step - 1) // users_per_step
     task = progress.add_task("train ranker", total=config.ranker_epochs * steps)
     model.train()
-    for _ in range(config.ranker_epochs):
-        order = torch.randperm(len(users), generator=generator)
-        for start in range(0, len(users), users_per_step):
-            u = order[start : start + users_per_step]
-            rows = t_cand[u].reshape(-1, 1)
-            b = len(u)
-            logit = model(
-                rows,
-                t_uvec[u].repeat_interleave(n, 0),
-                t_ufeat[u].repeat_interleave(n, 0),
-                item_feats[rows.squeeze(-1)],
-                t_retrieval[u].reshape(-1, 1),
-            ).reshape(b, n)
+    best = (held_ndcg(), 0, copy.deepcopy(model.state_dict()))
+    by_epoch = [round(best[0], 4)]
+    for epoch in range(1, config.ranker_epochs + 1):
+        shuffled = fit[torch.randperm(len(fit), generator=generator)]
+        for start in range(0, len(fit), users_per_step):
+            u = shuffled[start : start + users_per_step]
             # Listwise: softmax over each user's candidates, averaged over
             # that user's positives.
-            log_p = F.log_softmax(logit, dim=1)
+            log_p = F.log_softmax(logits(u), dim=1)
             pos = t_label[u]
             loss = -((log_p * pos).sum(1) / pos.sum(1).clamp(min=1)).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             progress.advance(task)
+        score = held_ndcg()
+        by_epoch.append(round(score, 4))
+        if score > best[0]:
+            best = (score, epoch, copy.deepcopy(model.state_dict()))
+    model.load_state_dict(best[2])
     model.eval()
-    return model
+    return model, {"kept_epoch": best[1], "held_out_ndcg@10_by_epoch": by_epoch}
+
+
+def ndcg_at_10(scores: torch.Tensor, labels: torch.Tensor) -> float:
+    """Mean NDCG@10 of each row's candidates ranked by ``scores``."""
+    top = torch.argsort(scores, dim=1, descending=True, stable=True)[:, :10]
+    gains = torch.gather(labels, 1, top) / torch.log2(torch.arange(2, 12, dtype=torch.float32))
+    ideal_hits = labels.sum(1).clamp(max=10).long()
+    discounts = 1 / torch.log2(torch.arange(2, 12, dtype=torch.float32))
+    ideal = torch.cumsum(discounts, 0)[(ideal_hits - 1).clamp(min=0)]
+    has = ideal_hits > 0
+    return float((gains.sum(1)[has] / ideal[has]).mean())

@@ -64,6 +64,7 @@ def model_specs(spec: EncodingSpec) -> list[ModelSpec]:
             Tensor("user_features", "TYPE_FP32", (spec.user_dim,)),
             Tensor("item_features", "TYPE_FP32", (spec.item_dim,)),
             Tensor("retrieval_score", "TYPE_FP32", (1,)),
+            Tensor("history", "TYPE_INT64", (HISTORY_LEN,)),
         ),
         (Tensor("score", "TYPE_FP32", (1,)),),
     )

@@ -33,7 +33,11 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(
             os.path.join(version_dir, "model.onnx"), options, providers=["CPUExecutionProvider"]
         )
-        self.inputs = [i["name"] for i in config["input"]]
+        # The config is the model's, shared by its versions; a version's graph
+        # may take fewer inputs (rankers before issue 18 had no "history"),
+        # so each version is fed what its own graph declares.
+        declared = {i.name for i in self.session.get_inputs()}
+        self.inputs = [i["name"] for i in config["input"] if i["name"] in declared]
         self.outputs = [o["name"] for o in config["output"]]
 
     def execute(self, requests):

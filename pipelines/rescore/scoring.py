@@ -45,6 +45,11 @@ class ModelBundle:
     vocabulary: pa.Array  # item id by embedding row
     row_index: pd.Index  # item id -> embedding row
 
+    @property
+    def ranker_reads_history(self) -> bool:
+        """Rankers since issue 18 take the recent items; older artifacts do not."""
+        return any(i.name == "history" for i in self.ranker.get_inputs())
+
 
 def item_catalog(artifact_dir: Path) -> pd.DataFrame:
     """Item features as the features service serves them (profile + stats)."""
@@ -166,6 +171,8 @@ def score_users(bundle: ModelBundle, users: pd.DataFrame, candidates: int) -> Sc
             "item_features": bundle.item_features[pair_rows[part]],
             "retrieval_score": retrieval[valid][part, None],
         }
+        if bundle.ranker_reads_history:
+            feed["history"] = history[owners]
         flat_scores[part] = bundle.ranker.run(["score"], feed)[0][:, 0]
     scores[valid] = flat_scores
     return ScoredBatch(

@@ -227,6 +227,7 @@ class Ranker:
             ("user_features", np.zeros((1, spec.user_dim), np.float32)),
             ("item_features", np.zeros((1, spec.item_dim), np.float32)),
             ("retrieval_score", np.zeros((1, 1), np.float32)),
+            ("history", np.zeros((1, HISTORY_LEN), np.int64)),
         ]
         await self._infer(
             self.settings.ranking_model, target.ranking_model_version, ranking, "score", 30.0
@@ -376,13 +377,16 @@ class Ranker:
             raise InvalidArgument(vector_field, f"has {len(user_vector)} values; expected {dim}")
         n = len(item_ids)
         rows = encoder.item_rows(item_ids)
-        user_features, _ = self.user_arrays(encoder, user)
+        user_features, history = self.user_arrays(encoder, user)
         inputs: list[Tensor] = [
             ("item_id", rows[:, None]),
             ("user_vector", np.broadcast_to(user_vector, (n, dim))),
             ("user_features", np.broadcast_to(user_features, (n, user_features.shape[1]))),
             ("item_features", item_features),
             ("retrieval_score", retrieval_scores.astype(np.float32, copy=False)[:, None]),
+            # The recent items, for the ranker's affinity; a version whose graph
+            # predates it is fed without them (infra/triton/onnx_model.py).
+            ("history", np.broadcast_to(history, (n, history.shape[1]))),
         ]
         scores = await self._infer(
             self.settings.ranking_model, loaded.ranking_model_version, inputs, "score", timeout_s

@@ -142,6 +142,7 @@ async def test_scores_equal_onnxruntime_offline(built, ranker, catalog):
             ]
         ),
         "retrieval_score": np.asarray([[c.retrieval_score] for c in cands], np.float32),
+        "history": np.repeat(hist[None, :], n, 0),  # the user's recent items (affinity)
     }
     expected = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx")).run(None, feed)[
         0

@@ -282,6 +282,7 @@ def worse_artifact(built, tmp_path):
     ranker.load_state_dict(torch.load(copy / "torch_state.pt")["ranker"])
     with torch.no_grad():
         ranker.retrieval_weight.neg_()
+        ranker.affinity_weight.neg_()
     shutil.rmtree(copy / "ranker")
     export.export_ranker(ranker, spec, copy / "ranker" / "model.onnx")
     artifacts.write_manifest(copy, copy.name, {"metrics": {}})

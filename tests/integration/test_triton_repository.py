@@ -6,8 +6,9 @@ import asyncio
 import numpy as np
 import onnxruntime as ort
 import pytest
+import torch
 import tritonclient.grpc.aio as triton_aio
-from recserve_model.encoding import EncodingSpec
+from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 from tritonclient.grpc import InferInput, InferRequestedOutput
 
 from pipelines.triton_repo import model_specs
@@ -38,6 +39,7 @@ def make_inputs(spec: EncodingSpec, model: str, n: int, seed: int):
         "user_features": rng.random((n, spec.user_dim)).astype(np.float32),
         "item_features": rng.random((n, spec.item_dim)).astype(np.float32),
         "retrieval_score": rng.random((n, 1)).astype(np.float32),
+        "history": rng.integers(0, spec.num_rows, (n, 20)).astype(np.int64),
     }
 
 
@@ -125,3 +127,67 @@ def test_every_generated_config_parses_as_a_triton_model_config(built, tmp_path)
         config = text_format.Parse((tmp_path / name / "config.pbtxt").read_text(), ModelConfig())
         assert config.name == name
         assert config.HasField("dynamic_batching") == (name != "user_tower_nobatch")
+
+
+class RankerBeforeAffinity(torch.nn.Module):
+    """A ranker graph as exported before issue 18: no ``history`` input."""
+
+    def __init__(self, ranker) -> None:
+        super().__init__()
+        self.ranker = ranker
+
+    def forward(self, item_id, user_vector, user_features, item_features, retrieval_score):
+        history = item_id.new_zeros(item_id.shape[0], HISTORY_LEN)
+        return self.ranker(
+            item_id, user_vector, user_features, item_features, retrieval_score, history
+        )
+
+
+def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path):
+    """The model's config is shared by its versions: one whose graph takes no
+    recent items answers the same request (history ignored), so a rollback
+    across the contract change works."""
+    from pipelines.export import RANKER_INPUTS, RANKER_OUTPUTS, _export, example_ranker_inputs
+    from pipelines.models import Ranker
+    from pipelines.triton_repo import publish_model
+
+    spec = EncodingSpec.load(built.directory / "encoding.json")
+    ranker = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, spec.embedding_dim)
+    ranker.load_state_dict(torch.load(built.directory / "torch_state.pt")["ranker"])
+    legacy = tmp_path / "legacy"
+    _export(
+        RankerBeforeAffinity(ranker.eval()),
+        example_ranker_inputs(spec)[:5],
+        RANKER_INPUTS[:5],
+        RANKER_OUTPUTS,
+        legacy / "ranker" / "model.onnx",
+    )
+    repository = tmp_path / "repository"
+    model = next(m for m in model_specs(spec) if m.name == "ranker")
+    old = publish_model(repository, model, legacy, "legacy")
+    new = publish_model(repository, model, built.directory, built.version)
+    feed = make_inputs(spec, "ranker", 50, seed=2)
+    without_history = {k: v for k, v in feed.items() if k != "history"}
+    expected_old = ort.InferenceSession(str(legacy / "ranker" / "model.onnx")).run(
+        None, without_history
+    )[0]
+    expected_new = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx")).run(
+        None, feed
+    )[0]
+
+    async def scores(url: str, version: int) -> np.ndarray:
+        inputs = []
+        for name, array in feed.items():
+            tensor = InferInput(
+                name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32"
+            )
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        async with triton_aio.InferenceServerClient(url) as client:
+            result = await client.infer("ranker", inputs, model_version=str(version))
+        return result.as_numpy("score")
+
+    with running_triton(tmp_path / "run", repository, ["ranker"]) as server:
+        for version, expected in ((old, expected_old), (new, expected_new)):
+            got = asyncio.run(scores(server.grpc_url, version))
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,80 @@
+"""Recommendation quality through the live stack, next to the offline number.
+
+Calls Recommend through Envoy (k = 100, one at a time: a quality measure,
+not a load test) for every held-out user of the pipeline's split and
+computes the offline evaluation's metrics on the answers; the offline
+evaluation of the artifact being served runs on the same users. Any
+difference is skew between training and serving: HNSW instead of exact
+search, features as the online store serves them, the gateway's own
+exclusions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+from recserve_model import artifacts
+
+from pipelines import dataset
+from pipelines.evaluate import CUTOFFS, evaluate_artifact, metrics_at
+from recserve.recommend.v1 import recommend_pb2 as pb
+from recserve.recommend.v1 import recommend_pb2_grpc
+
+K = max(CUTOFFS)
+
+
+def holdout(raw_dir: Path) -> dict[str, set[str]]:
+    """Each user's held-out items (the latest 10), by id."""
+    test = dataset.temporal_split(dataset.load_movielens(raw_dir).interactions).test
+    return {str(u): set(map(str, items)) for u, items in test.groupby("user_id")["item_id"]}
+
+
+async def live_answers(
+    target: str, users: list[str], concurrency: int = 1
+) -> dict[str, pb.RecommendResponse]:
+    gate = asyncio.Semaphore(concurrency)
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+
+        async def one(user: str) -> tuple[str, pb.RecommendResponse]:
+            async with gate:
+                reply = await stub.Recommend(pb.RecommendRequest(user_id=user, k=K), timeout=10)
+            return user, reply
+
+        return dict(await asyncio.gather(*(one(u) for u in users)))
+
+
+def live_metrics(
+    answers: dict[str, pb.RecommendResponse], truth: dict[str, set[str]]
+) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for user, reply in answers.items():
+        ranked = [item.item_id for item in reply.items]
+        for key, value in metrics_at(ranked, truth[user]).items():
+            totals[key] = totals.get(key, 0.0) + value / len(answers)
+    return totals
+
+
+def compare(target: str, data_dir: Path, exclude: set[str] = frozenset()) -> dict[str, object]:
+    """Live and offline metrics of the current artifact, on the same users."""
+    truth = holdout(data_dir / "raw")
+    users = sorted(u for u in truth if u not in exclude)
+    answers = asyncio.run(live_answers(target, users))
+    degraded = sum(1 for reply in answers.values() if reply.degraded)
+    served = {reply.model_version for reply in answers.values() if reply.model_version}
+    artifact = artifacts.current(data_dir)
+    offline = evaluate_artifact(artifact, data_dir / "raw", set(users))["ranked"]
+    live = live_metrics(answers, truth)
+    return {
+        "artifact": artifact.name,
+        "served_versions": sorted(served),
+        "users": len(users),
+        "degraded_answers": degraded,
+        "offline": offline,
+        "live": live,
+        "relative_difference": {
+            k: (live[k] - offline[k]) / offline[k] if offline[k] else 0.0 for k in offline
+        },
+    }
