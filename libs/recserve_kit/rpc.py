@@ -90,13 +90,45 @@ class _Durations:
         child.observe(seconds)
 
 
+class LogBudget:
+    """At most ``per_second`` log lines a second; the rest are counted, and the
+    next line that goes out says how many were dropped. A caller who finds a
+    request that fails must not be able to flood the log with tracebacks."""
+
+    def __init__(self, per_second: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        self.per_second = per_second
+        self.clock = clock
+        self.tokens = per_second
+        self.stamp = clock()
+        self.dropped = 0
+
+    def take(self) -> int | None:
+        """The count dropped since the last line, or None: drop this one."""
+        now = self.clock()
+        self.tokens = min(self.per_second, self.tokens + (now - self.stamp) * self.per_second)
+        self.stamp = now
+        if self.tokens < 1:
+            self.dropped += 1
+            return None
+        self.tokens -= 1
+        dropped, self.dropped = self.dropped, 0
+        return dropped
+
+
+UNHANDLED_LOGS = LogBudget()
+
+
 async def _abort_for(exc: BaseException, method: str, context: grpc.aio.ServicerContext) -> None:
-    """Turns an exception into the call's status; never leaks its text."""
+    """Turns an exception into the call's status; never leaks its text.
+    Client errors are not logged; server faults are, within a budget."""
     if isinstance(exc, RecserveError):
         await context.abort(exc.code, exc.message)
     if isinstance(exc, NotImplementedError):
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not implemented yet")
-    log.error("unhandled error in %s", method, exc_info=exc)
+    dropped = UNHANDLED_LOGS.take()
+    if dropped is not None:
+        suffix = f" ({dropped} more not logged)" if dropped else ""
+        log.error("unhandled error in %s%s", method, suffix, exc_info=exc)
     await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 
 

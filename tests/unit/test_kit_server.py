@@ -152,3 +152,17 @@ async def test_a_malformed_body_is_invalid_argument_not_unknown(settings, caplog
             assert not [r for r in caplog.records if r.levelname == "ERROR"]
     finally:
         await service.stop(0)
+
+
+def test_server_faults_are_logged_within_a_budget():
+    """A request that fails inside a service logs its traceback; a flood of
+    them logs a few a second and counts the rest (issue 16)."""
+    from recserve_kit.rpc import LogBudget
+
+    now = [0.0]
+    budget = LogBudget(per_second=5, clock=lambda: now[0])
+    taken = [budget.take() for _ in range(50)]  # one instant
+    assert taken[:5] == [0] * 5 and taken[5:] == [None] * 45
+    now[0] += 1.0
+    assert budget.take() == 45  # the next line says how many were dropped
+    assert budget.take() == 0
