@@ -8,7 +8,7 @@ Ranker: scores flat (user, candidate) pairs, one pair per batch row, so
 Triton's dynamic batcher can merge requests with any number of candidates.
 Besides the tower's vectors it reads the user's recent items and scores
 their affinity to the candidate: EASE item-item weights (fit on the training
-interactions, factorised to rank 64, ``baselines.py``) summed over the recent
+interactions, factorised to rank 32, ``baselines.py``) summed over the recent
 items with more weight on the latest; the feature that lifts the ranked list
 past EASE itself (docs/evaluation.md).
 The item-id embedding table is a weight of the graph: ids go in, rows are
@@ -94,7 +94,7 @@ class Ranker(nn.Module):
     """score(item_row, user_vector, user_features, item_features, retrieval_score, history)."""
 
     def __init__(
-        self, num_rows: int, user_dim: int, item_dim: int, dim: int, affinity_rank: int = 64
+        self, num_rows: int, user_dim: int, item_dim: int, dim: int, affinity_rank: int = 32
     ) -> None:
         super().__init__()
         self.table = nn.Parameter(torch.randn(num_rows, dim) * 0.05)
