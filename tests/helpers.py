@@ -4,6 +4,7 @@ and a full (not degraded) Recommend answer."""
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_port_block(count: int) -> int:
+    """A base port with base .. base + count - 1 all free now, taken below the
+    kernel's ephemeral range: a port-0 bind or an outbound connection (Spark
+    opens dozens) can then never take one of them between now and the bind."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(10_000, low - count)
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError(f"no {count} consecutive free ports below {low}")
 
 
 def free_ports(count: int) -> list[int]:

@@ -17,7 +17,7 @@ import psutil
 
 from recserve_kit import transport
 from recserve_kit.transport import Tls
-from tests.helpers import free_ports, poll_until
+from tests.helpers import free_port_block, poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,12 +72,15 @@ PORT_NAMES = [
 
 
 def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
-    ports = free_ports(len(PORT_NAMES) + 5)
+    # One block of consecutive free ports: the named ones, the second
+    # gateway's, then the five metrics ports (the runner counts them up from
+    # a base, so they must be free as a run, not one by one).
+    base = free_port_block(len(PORT_NAMES) + 1 + 5)
     env = {**os.environ, "RECSERVE_STACK_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
-    for name, port in zip(PORT_NAMES, ports, strict=False):
-        env[f"RECSERVE_STACK_{name.upper()}_PORT"] = str(port)
-    env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(ports[-4])
-    env["RECSERVE_STACK_GATEWAY_EXTRA_PORTS"] = f"[{ports[-5]}]"  # a second gateway
+    for offset, name in enumerate(PORT_NAMES):
+        env[f"RECSERVE_STACK_{name.upper()}_PORT"] = str(base + offset)
+    env["RECSERVE_STACK_GATEWAY_EXTRA_PORTS"] = f"[{base + len(PORT_NAMES)}]"  # a second gateway
+    env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(base + len(PORT_NAMES) + 1)
     env.update(overrides)
     return env
 

@@ -222,14 +222,48 @@ def popularity_lists(
     return out
 
 
+def ease_lists(
+    interactions: pd.DataFrame,
+    users: pd.DataFrame,
+    holdout: dict[str, set[str]],
+    n: int,
+    inactive: set[str],
+) -> dict[str, list[str]]:
+    """EASE's top ``n`` for each holdout user from their seen items, the
+    strongest classic baseline (pipelines/baselines.py)."""
+    from pipelines.baselines import ease
+
+    if not holdout or interactions.empty:
+        return {}
+    items = sorted(set(interactions["item_id"]))
+    column = {item: j for j, item in enumerate(items)}
+    by_user = interactions.groupby("user_id")["item_id"].agg(list)
+    matrix = np.zeros((len(by_user), len(items)), dtype=np.float32)
+    for i, seen in enumerate(by_user):
+        matrix[i, [column[item] for item in seen]] = 1.0
+    weights = ease(matrix)
+    blocked = np.array([item in inactive for item in items])
+    seen_lists = users.set_index("user_id")["seen_item_ids"]
+    out = {}
+    for user in holdout:
+        seen = [column[i] for i in seen_lists.get(user, []) if i in column]
+        scores = weights[seen].sum(0) if seen else np.zeros(len(items), np.float32)
+        scores = np.where(blocked, -np.inf, scores)
+        scores[seen] = -np.inf
+        out[user] = [items[j] for j in np.argsort(-scores, kind="stable")[:n]]
+    return out
+
+
 def quality(
     run_dir: Path,
     config: RunConfig,
     holdout: dict[str, set[str]],
-    popular: dict[str, list[str]],
+    references: dict[str, dict[str, list[str]]],
     baseline_metrics: dict[str, float] | None,
     t: Thresholds,
 ) -> tuple[list[Gate], dict[str, float]]:
+    """The run's lists against each reference's (popularity, EASE) and
+    against the published run's metrics."""
     ranked: dict[str, list[str]] = {}
     for top in bucket_tables(run_dir, "top_n"):
         mine = top[top["user_id"].isin(holdout)]
@@ -238,19 +272,22 @@ def quality(
         return [Gate("quality", "quality", None, "-", True, "no holdout users in this run")], {}
     n = config.top_n
     metrics = ranking_metrics(ranked, holdout, n)
-    pop = ranking_metrics(popular, holdout, n)
-    metrics.update({f"popularity_{k}": v for k, v in pop.items()})
+    reference_metrics = {}
+    for name, lists in references.items():
+        reference_metrics[name] = ranking_metrics(lists, holdout, n)
+        metrics.update({f"{name}_{k}": v for k, v in reference_metrics[name].items()})
     gates = []
     for key in (f"recall@{n}", "ndcg@10"):
-        gates.append(
-            Gate(
-                f"beats_popularity_{key}",
-                "quality",
-                metrics[key],
-                f"> popularity {pop[key]:.4f}",
-                metrics[key] > pop[key],
+        for name, theirs in reference_metrics.items():
+            gates.append(
+                Gate(
+                    f"beats_{name}_{key}",
+                    "quality",
+                    metrics[key],
+                    f"> {name} {theirs[key]:.4f}",
+                    metrics[key] > theirs[key],
+                )
             )
-        )
         if baseline_metrics and key in baseline_metrics:
             floor = baseline_metrics[key] * (1 - t.quality_tolerance)
             gates.append(

@@ -19,13 +19,15 @@ from pipelines.rescore import gates, layout
 from pipelines.rescore.job import RunConfig
 
 
-def movielens_holdout(data_dir: Path) -> dict[str, set[str]]:
-    """The held-out (latest) interactions of the pipeline's temporal split."""
+def movielens_split(data_dir: Path) -> tuple[dict[str, set[str]], pd.DataFrame]:
+    """The held-out (latest) interactions of the pipeline's temporal split,
+    and everything before them (what EASE, the reference, learns from)."""
     raw = data_dir / "raw"
     if not raw.exists():
-        return {}
-    test = dataset.temporal_split(dataset.load_movielens(raw).interactions).test
-    return {str(u): set(map(str, g)) for u, g in test.groupby("user_id")["item_id"]}
+        return {}, pd.DataFrame({"user_id": [], "item_id": []})
+    split = dataset.temporal_split(dataset.load_movielens(raw).interactions)
+    truth = {str(u): set(map(str, g)) for u, g in split.test.groupby("user_id")["item_id"]}
+    return truth, split.train.astype({"user_id": str, "item_id": str})
 
 
 def baseline(data_dir: Path) -> tuple[str | None, np.ndarray | None, dict[str, float] | None]:
@@ -97,12 +99,15 @@ def validate(
     report.gates += gates.invariants(run_dir, config, users)
     catalog = Path(config.artifact_dir) / "features"
     stats = pd.read_parquet(catalog / "item_stats.parquet").set_index("item_id")["popularity"]
-    holdout = gates.holdout_sample(movielens_holdout(data_dir), set(users["user_id"]))
-    popular = gates.popularity_lists(
-        users, stats, holdout, config.top_n, set(config.inactive_items)
-    )
+    truth, before_holdout = movielens_split(data_dir)
+    holdout = gates.holdout_sample(truth, set(users["user_id"]))
+    inactive = set(config.inactive_items)
+    references = {
+        "popularity": gates.popularity_lists(users, stats, holdout, config.top_n, inactive),
+        "ease": gates.ease_lists(before_holdout, users, holdout, config.top_n, inactive),
+    }
     quality_gates, report.metrics = gates.quality(
-        run_dir, config, holdout, popular, base_metrics, thresholds
+        run_dir, config, holdout, references, base_metrics, thresholds
     )
     report.gates += quality_gates
     np.save(run_dir / "score_sample.npy", sample)

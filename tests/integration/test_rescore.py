@@ -91,6 +91,10 @@ def good_run(built, session, data_dir, inactive):
     result = run_job(session, config_for(built, "good", inactive_items=inactive), run_dir)
     report = validate(data_dir, run_dir)
     assert report.passed, report.failed
+    # Issue 18: the nightly lists are held against EASE as well as popularity.
+    names = {g.name for g in report.gates}
+    assert {"beats_ease_ndcg@10", "beats_ease_recall@100", "beats_popularity_ndcg@10"} <= names
+    assert report.metrics["ndcg@10"] > report.metrics["ease_ndcg@10"] > 0
     lists = top_n_lists(run_dir)
     publish(data_dir, "good")
     return result, report, lists
@@ -296,6 +300,7 @@ def test_a_worse_model_fails_the_quality_gate(built, good_run, session, data_dir
     run_job(session, config, run_dir)
     report = validate(data_dir, run_dir)
     assert "vs_published_recall@100" in report.failed and "vs_published_ndcg@10" in report.failed
+    assert "beats_ease_ndcg@10" in report.failed
     with pytest.raises(PublishError, match="vs_published"):
         publish(data_dir, "worse")
 
