@@ -272,7 +272,8 @@ def ranker(
         for variant in ("ranker", "ranker_int8"):
             repo = work_dir / f"mem-{variant}" / "repository"
             shutil.rmtree(repo, ignore_errors=True)
-            model = next(m for m in rb.model_specs(big_spec) if m.name == variant)
+            specs = rb.model_specs(big_spec, affinity_rank=rb.BIG_RANK)
+            model = next(m for m in specs if m.name == variant)
             rb.publish_model(repo, model, big, "big")
             with running_triton(work_dir / f"mem-{variant}", repo, [variant]) as server:
                 asyncio.run(rb.touch_all_rows(server.grpc_url, variant, big_spec, rows))

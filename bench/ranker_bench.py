@@ -24,6 +24,7 @@ import onnxruntime as ort
 import psutil
 import torch
 import tritonclient.grpc.aio as triton_aio
+from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 from tritonclient.grpc import InferInput
 
@@ -33,7 +34,9 @@ from pipelines.models import Int8Ranker, Ranker
 from pipelines.triton_repo import cpu_config, model_specs, publish_model
 
 
-def ranker_feed(spec: EncodingSpec, n: int, rows: int, seed: int = 0) -> dict[str, np.ndarray]:
+def ranker_feed(
+    spec: EncodingSpec, n: int, rows: int, seed: int = 0, rank: int = AFFINITY_RANK
+) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {
         "item_id": rng.integers(0, rows, (n, 1)).astype(np.int64),
@@ -41,8 +44,8 @@ def ranker_feed(spec: EncodingSpec, n: int, rows: int, seed: int = 0) -> dict[st
         "user_features": rng.random((n, spec.user_dim)).astype(np.float32),
         "item_features": rng.random((n, spec.item_dim)).astype(np.float32),
         "retrieval_score": rng.random((n, 1)).astype(np.float32),
-        # One user's recent items, repeated on each of its candidates' rows.
-        "history": np.repeat(rng.integers(1, rows, (1, HISTORY_LEN)), n, axis=0).astype(np.int64),
+        # One user's side of the affinity, repeated on each candidate's row.
+        "user_affinity": np.repeat(rng.standard_normal((1, rank)), n, axis=0).astype(np.float32),
     }
 
 
@@ -144,12 +147,17 @@ def best_within(points: list[dict[str, float]], p99_limit_ms: float = 50.0) -> f
 # -- 2 and 3. the 5M-row table ------------------------------------------------------
 
 
+BIG_RANK = 1
+
+
 def big_ranker_artifact(spec: EncodingSpec, rows: int, out: Path) -> Path:
     """A ranker with a rows x dim random table, exported fp32 and int8."""
     torch.manual_seed(0)
-    # Affinity at rank 1: the id table is what this measures (at rank 64 the
-    # two affinity factors of 5M rows would weigh 2.5 GB more in fp32).
-    model = Ranker(rows, spec.user_dim, spec.item_dim, spec.embedding_dim, affinity_rank=1).eval()
+    # Affinity at rank 1 (BIG_RANK): the id table is what this measures (at
+    # rank 32 the two affinity factors of 5M rows would weigh 1.3 GB in fp32).
+    model = Ranker(
+        rows, spec.user_dim, spec.item_dim, spec.embedding_dim, affinity_rank=BIG_RANK
+    ).eval()
     export_ranker(model, spec, out / "ranker" / "model.onnx")
     export_ranker(Int8Ranker(model), spec, out / "ranker_int8" / "model.onnx")
     return out
@@ -165,11 +173,10 @@ class TableAsInput(torch.nn.Module):
         self.retrieval_weight = ranker.retrieval_weight
 
     def forward(
-        self, table, item_id, user_vector, user_features, item_features, retrieval_score, history
+        self, table, item_id, user_vector, user_features, item_features, retrieval_score, affinity
     ):
         rows = table[item_id.squeeze(-1)]
-        # No affinity: the in-graph model's rank-1 affinity costs next to nothing.
-        affinity = torch.zeros_like(retrieval_score) * history[:, :1]
+        # The rank-1 affinity's gather costs next to nothing beside the table.
         x = self.features(
             rows, user_vector, user_features, item_features, retrieval_score, affinity
         )
@@ -180,7 +187,7 @@ def gather_comparison(big: Path, spec: EncodingSpec, rows: int, calls: int) -> d
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     resident = ort.InferenceSession(str(big / "ranker" / "model.onnx"), options)
-    feed = ranker_feed(spec, 200, rows)
+    feed = ranker_feed(spec, 200, rows, rank=BIG_RANK)
     in_graph = new_histogram()
     for _ in range(calls):
         started = time.perf_counter()
@@ -241,7 +248,7 @@ async def touch_all_rows(url: str, model: str, spec: EncodingSpec, rows: int) ->
     a catalogue in production touches them all sooner or later.
     """
     batch = 4096
-    feed = ranker_feed(spec, batch, rows)
+    feed = ranker_feed(spec, batch, rows, rank=BIG_RANK)  # the big model only
     async with triton_aio.InferenceServerClient(url) as client:
         for start in range(0, rows, batch):
             ids = np.arange(start, min(start + batch, rows), dtype=np.int64)[:, None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from recserve_model.affinity import RANK
 from recserve_model.encoding import Encoder
 
 EASE_LAMBDA = 300.0
@@ -51,7 +52,7 @@ def item_knn(matrix: np.ndarray) -> np.ndarray:
 # candidate), against 0.140 for EASE over the whole history unweighted
 # (docs/evaluation.md).
 RECENCY_TAU = 10.0
-AFFINITY_RANK = 32
+AFFINITY_RANK = RANK
 
 
 def recency_weights(length: int, tau: float = RECENCY_TAU) -> np.ndarray:

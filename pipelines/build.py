@@ -122,6 +122,7 @@ def train_and_export(
     set_affinity(ranker, split.train, inputs.encoder)
     vectors = item_vectors(tower, inputs)
     spec.save(out / "encoding.json")
+    ranker.affinity.user_affinity().save(out)  # the user side, computed by callers
     features_dir = out / "features"
     features_dir.mkdir()
     for name, table in tables.items():

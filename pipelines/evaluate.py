@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pandas as pd
+from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.encoding import HISTORY_LEN
 
 from pipelines import baselines
@@ -49,11 +50,11 @@ def ranker_scores(
     user_features: np.ndarray,
     inputs: Inputs,
     retrieval: np.ndarray,
-    history: np.ndarray,
+    user_affinity: np.ndarray,
 ) -> np.ndarray:
     n = len(rows)
     feed = {
-        "history": np.repeat(history[None, :], n, axis=0),
+        "user_affinity": np.repeat(user_affinity[None, :], n, axis=0),
         "item_id": rows[:, None].astype(np.int64),
         "user_vector": np.repeat(user_vector[None, :], n, axis=0),
         "user_features": np.repeat(user_features[None, :], n, axis=0),
@@ -83,6 +84,7 @@ def evaluate(
     hist = np.stack([encoder.history(recent.get(u, [])) for u in users])
     assert hist.shape[1] == HISTORY_LEN
     u_vecs = user_tower.run(["user_vector"], {"user_features": feats, "history": hist})[0]
+    u_aff = vectors_or_zeros(UserAffinity.load(models["ranker"].parents[1]), hist)
     popularity_order = np.argsort(-inputs.popularity, kind="stable")
     history_matrix = baselines.interactions(train, encoder, users)
     neighbours = {
@@ -111,7 +113,7 @@ def evaluate(
         add("two_tower", retrieved, user)
         for name, model in rankers.items():
             s = ranker_scores(
-                model, retrieved, u_vecs[i], feats[i], inputs, scores[retrieved], hist[i]
+                model, retrieved, u_vecs[i], feats[i], inputs, scores[retrieved], u_aff[i]
             )
             add(name, retrieved[np.argsort(-s, kind="stable")], user)
     return totals

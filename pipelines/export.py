@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 from torch import nn
 from torch.export import Dim
@@ -26,7 +27,7 @@ RANKER_INPUTS = (
     "user_features",
     "item_features",
     "retrieval_score",
-    "history",
+    "user_affinity",
 )
 RANKER_OUTPUTS = ("score",)
 
@@ -74,14 +75,16 @@ def example_user_inputs(spec: EncodingSpec, batch: int = 2) -> tuple[torch.Tenso
     )
 
 
-def example_ranker_inputs(spec: EncodingSpec, batch: int = 3) -> tuple[torch.Tensor, ...]:
+def example_ranker_inputs(
+    spec: EncodingSpec, batch: int = 3, rank: int = AFFINITY_RANK
+) -> tuple[torch.Tensor, ...]:
     return (
         torch.zeros(batch, 1, dtype=torch.int64),
         torch.zeros(batch, spec.embedding_dim),
         torch.zeros(batch, spec.user_dim),
         torch.zeros(batch, spec.item_dim),
         torch.zeros(batch, 1),
-        torch.zeros(batch, HISTORY_LEN, dtype=torch.int64),
+        torch.zeros(batch, rank),
     )
 
 
@@ -96,4 +99,5 @@ def export_user_tower(model: TwoTower, spec: EncodingSpec, path: Path) -> Path:
 
 
 def export_ranker(model: Ranker | Int8Ranker, spec: EncodingSpec, path: Path) -> Path:
-    return _export(model.eval(), example_ranker_inputs(spec), RANKER_INPUTS, RANKER_OUTPUTS, path)
+    example = example_ranker_inputs(spec, rank=model.affinity.rank)
+    return _export(model.eval(), example, RANKER_INPUTS, RANKER_OUTPUTS, path)

@@ -6,11 +6,13 @@ retriever's dot product is a cosine.
 
 Ranker: scores flat (user, candidate) pairs, one pair per batch row, so
 Triton's dynamic batcher can merge requests with any number of candidates.
-Besides the tower's vectors it reads the user's recent items and scores
-their affinity to the candidate: EASE item-item weights (fit on the training
-interactions, factorised to rank 32, ``baselines.py``) summed over the recent
-items with more weight on the latest; the feature that lifts the ranked list
-past EASE itself (docs/evaluation.md).
+Besides the tower's vectors it scores the candidate's affinity to the user's
+recent items: EASE item-item weights (fit on the training interactions,
+factorised to rank 32, ``baselines.py``) summed over the recent items with
+more weight on the latest; the feature that lifts the ranked list past EASE
+itself (docs/evaluation.md). The graph holds the item side and takes the
+user side as an input (``user_affinity``), computed once per user by the
+caller (recserve_model/affinity.py), not once per candidate row.
 The item-id embedding table is a weight of the graph: ids go in, rows are
 gathered inside the graph, and the table never leaves the server. The int8
 variant stores the table as int8 with a per-row fp16 scale and dequantizes
@@ -19,8 +21,11 @@ the gathered rows in the graph.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from recserve_model.affinity import RANK as AFFINITY_RANK
+from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import HISTORY_LEN
 from torch import Tensor, nn
 
@@ -84,17 +89,32 @@ class Affinity(nn.Module):
         self.item_side.copy_(item_side)
         self.recency.copy_(recency)
 
-    def forward(self, item_id: Tensor, history: Tensor) -> Tensor:
-        weight = (history > 0).float() * self.recency  # [B, H]; row 0 pads
-        user_side = (self.history_side[history] * weight.unsqueeze(-1)).sum(dim=1)  # [B, R]
+    def user_side(self, history: Tensor) -> Tensor:
+        """[B, H] recent item rows -> [B, R]: what UserAffinity computes at serving."""
+        weight = (history > 0).float() * self.recency  # row 0 pads
+        return (self.history_side[history] * weight.unsqueeze(-1)).sum(dim=1)
+
+    def score(self, item_id: Tensor, user_side: Tensor) -> Tensor:
         return (user_side * self.item_side[item_id.squeeze(-1)]).sum(-1, keepdim=True)  # [B, 1]
+
+    def user_affinity(self) -> UserAffinity:
+        """The user side, for the artifact (recserve_model/affinity.py)."""
+        return UserAffinity(
+            self.history_side.detach().numpy().astype(np.float32),
+            self.recency.detach().numpy().astype(np.float32),
+        )
 
 
 class Ranker(nn.Module):
     """score(item_row, user_vector, user_features, item_features, retrieval_score, history)."""
 
     def __init__(
-        self, num_rows: int, user_dim: int, item_dim: int, dim: int, affinity_rank: int = 32
+        self,
+        num_rows: int,
+        user_dim: int,
+        item_dim: int,
+        dim: int,
+        affinity_rank: int = AFFINITY_RANK,
     ) -> None:
         super().__init__()
         self.table = nn.Parameter(torch.randn(num_rows, dim) * 0.05)
@@ -145,10 +165,10 @@ class Ranker(nn.Module):
         user_features: torch.Tensor,  # [B, U]
         item_features: torch.Tensor,  # [B, I]
         retrieval_score: torch.Tensor,  # [B, 1]
-        history: torch.Tensor,  # [B, H] int64 rows of the recent items, latest first
+        user_affinity: torch.Tensor,  # [B, R] the user's side of the affinity
     ) -> torch.Tensor:
         rows = self.table[item_id.squeeze(-1)]
-        affinity = self.affinity(item_id, history)
+        affinity = self.affinity.score(item_id, user_affinity)
         x = self.features(
             rows, user_vector, user_features, item_features, retrieval_score, affinity
         )
@@ -180,15 +200,15 @@ class Int8Rows(nn.Module):
 
 
 class Int8Affinity(nn.Module):
-    """The affinity factors in int8 too: at 5M items they outweigh the id table."""
+    """The item side of the affinity in int8 too (at 5M items it weighs as
+    much as half the id table); the user side is not in the graph."""
 
     def __init__(self, affinity: Affinity) -> None:
         super().__init__()
-        self.history_side = Int8Rows(affinity.history_side)
         self.item_side = Int8Rows(affinity.item_side)
-        self.register_buffer("recency", affinity.recency.clone())
+        self.rank = affinity.rank
 
-    forward = Affinity.forward
+    score = Affinity.score
 
 
 class Int8Ranker(nn.Module):
@@ -213,11 +233,11 @@ class Int8Ranker(nn.Module):
         user_features: torch.Tensor,
         item_features: torch.Tensor,
         retrieval_score: torch.Tensor,
-        history: torch.Tensor,
+        user_affinity: torch.Tensor,
     ) -> torch.Tensor:
         index = item_id.squeeze(-1)
         rows = self.table_q[index].to(torch.float32) * self.scale[index].to(torch.float32)
-        affinity = self.affinity(item_id, history)
+        affinity = self.affinity.score(item_id, user_affinity)
         x = self._features(
             rows, user_vector, user_features, item_features, retrieval_score, affinity
         )

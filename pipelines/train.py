@@ -211,6 +211,7 @@ def train_ranker(
     # Affinity as of the end of the tower period, like every other input here.
     set_affinity(model, split.tower_train, encoder)
     with torch.no_grad():
+        t_user_side = model.affinity.user_side(t_hist)  # fixed factors: once per user
         # Start the id table from the item tower's embeddings.
         model.table.copy_(tower.item.id_embedding.weight)
         # Start as the tower's own softmax: retrieval score at its temperature,
@@ -235,7 +236,7 @@ def train_ranker(
             t_ufeat[u].repeat_interleave(n, 0),
             item_feats[rows.squeeze(-1)],
             t_retrieval[u].reshape(-1, 1),
-            t_hist[u].repeat_interleave(n, 0),
+            t_user_side[u].repeat_interleave(n, 0),
         ).reshape(len(u), n)
 
     def held_ndcg() -> float:

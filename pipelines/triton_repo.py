@@ -30,6 +30,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ class ModelSpec:
     gpu_queue_delay_us: int
 
 
-def model_specs(spec: EncodingSpec) -> list[ModelSpec]:
+def model_specs(spec: EncodingSpec, affinity_rank: int = AFFINITY_RANK) -> list[ModelSpec]:
     d = spec.embedding_dim
     ranker_io = (
         (
@@ -64,7 +65,7 @@ def model_specs(spec: EncodingSpec) -> list[ModelSpec]:
             Tensor("user_features", "TYPE_FP32", (spec.user_dim,)),
             Tensor("item_features", "TYPE_FP32", (spec.item_dim,)),
             Tensor("retrieval_score", "TYPE_FP32", (1,)),
-            Tensor("history", "TYPE_INT64", (HISTORY_LEN,)),
+            Tensor("user_affinity", "TYPE_FP32", (affinity_rank,)),
         ),
         (Tensor("score", "TYPE_FP32", (1,)),),
     )

@@ -20,6 +20,7 @@ import onnxruntime as ort
 import pandas as pd
 import pyarrow as pa
 from recserve_model import artifacts
+from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.encoding import OOV_ROW, Encoder, EncodingSpec
 
 RANKER_CHUNK = 8_192  # pairs per ONNX Runtime call (faster than larger chunks, measured)
@@ -44,11 +45,11 @@ class ModelBundle:
     eligible: np.ndarray  # [rows] bool: in the catalog, active, not OOV
     vocabulary: pa.Array  # item id by embedding row
     row_index: pd.Index  # item id -> embedding row
+    affinity: UserAffinity | None  # None: an artifact from before issue 18
 
     @property
-    def ranker_reads_history(self) -> bool:
-        """Rankers since issue 18 take the recent items; older artifacts do not."""
-        return any(i.name == "history" for i in self.ranker.get_inputs())
+    def ranker_reads_affinity(self) -> bool:
+        return any(i.name == "user_affinity" for i in self.ranker.get_inputs())
 
 
 def item_catalog(artifact_dir: Path) -> pd.DataFrame:
@@ -93,6 +94,7 @@ def load_bundle(artifact_dir: str, ranking_model: str, inactive: tuple[str, ...]
         eligible=eligible,
         vocabulary=pa.array(vocabulary, pa.string()),
         row_index=pd.Index(vocabulary),
+        affinity=UserAffinity.load(directory),
     )
 
 
@@ -146,6 +148,7 @@ def score_users(bundle: ModelBundle, users: pd.DataFrame, candidates: int) -> Sc
     user_vectors = bundle.user_tower.run(
         ["user_vector"], {"user_features": user_features, "history": history}
     )[0]
+    user_affinity = vectors_or_zeros(bundle.affinity, history)
     similarity = user_vectors @ bundle.item_vectors.T
     similarity[:, ~bundle.eligible] = -np.inf
     _seen_mask(bundle, users["seen_item_ids"].tolist(), similarity)
@@ -171,8 +174,8 @@ def score_users(bundle: ModelBundle, users: pd.DataFrame, candidates: int) -> Sc
             "item_features": bundle.item_features[pair_rows[part]],
             "retrieval_score": retrieval[valid][part, None],
         }
-        if bundle.ranker_reads_history:
-            feed["history"] = history[owners]
+        if bundle.ranker_reads_affinity:
+            feed["user_affinity"] = user_affinity[owners]
         flat_scores[part] = bundle.ranker.run(["score"], feed)[0][:, 0]
     scores[valid] = flat_scores
     return ScoredBatch(

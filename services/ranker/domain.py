@@ -24,6 +24,8 @@ import grpc
 import numpy as np
 import tritonclient.grpc.aio as triton_aio
 from recserve_model import artifacts
+from recserve_model.affinity import RANK as AFFINITY_RANK
+from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 from tritonclient.grpc import KeepAliveOptions, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -66,6 +68,9 @@ class Loaded:
     user_model_version: int
     ranking_model_version: int
     encoder: Encoder
+    # The user's side of the ranker's affinity feature (None: an artifact from
+    # before it, whose ranker graph does not read it).
+    affinity: UserAffinity | None = None
 
 
 def read_versions(settings: RankerSettings, model: str) -> dict[str, int]:
@@ -148,7 +153,8 @@ class Ranker:
         directory = artifacts.artifacts_root(self.settings.data_dir) / version
         artifacts.verify(directory)
         spec = EncodingSpec.load(directory / "encoding.json")
-        return Loaded(version, user[version], ranking[version], Encoder(spec))
+        affinity = UserAffinity.load(directory)
+        return Loaded(version, user[version], ranking[version], Encoder(spec), affinity)
 
     def _newest_version(self) -> str:
         ranking = read_versions(self.settings, self.settings.ranking_model)
@@ -227,7 +233,7 @@ class Ranker:
             ("user_features", np.zeros((1, spec.user_dim), np.float32)),
             ("item_features", np.zeros((1, spec.item_dim), np.float32)),
             ("retrieval_score", np.zeros((1, 1), np.float32)),
-            ("history", np.zeros((1, HISTORY_LEN), np.int64)),
+            ("user_affinity", np.zeros((1, AFFINITY_RANK), np.float32)),
         ]
         await self._infer(
             self.settings.ranking_model, target.ranking_model_version, ranking, "score", 30.0
@@ -378,15 +384,17 @@ class Ranker:
         n = len(item_ids)
         rows = encoder.item_rows(item_ids)
         user_features, history = self.user_arrays(encoder, user)
+        # Once per request here, not once per candidate row in the graph.
+        user_affinity = vectors_or_zeros(loaded.affinity, history)
         inputs: list[Tensor] = [
             ("item_id", rows[:, None]),
             ("user_vector", np.broadcast_to(user_vector, (n, dim))),
             ("user_features", np.broadcast_to(user_features, (n, user_features.shape[1]))),
             ("item_features", item_features),
             ("retrieval_score", retrieval_scores.astype(np.float32, copy=False)[:, None]),
-            # The recent items, for the ranker's affinity; a version whose graph
-            # predates it is fed without them (infra/triton/onnx_model.py).
-            ("history", np.broadcast_to(history, (n, history.shape[1]))),
+            # A version whose graph predates the affinity is fed without it
+            # (infra/triton/onnx_model.py).
+            ("user_affinity", np.broadcast_to(user_affinity, (n, AFFINITY_RANK))),
         ]
         scores = await self._infer(
             self.settings.ranking_model, loaded.ranking_model_version, inputs, "score", timeout_s

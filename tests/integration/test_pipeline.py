@@ -8,6 +8,8 @@ import onnxruntime as ort
 import pytest
 import torch
 from recserve_model import artifacts
+from recserve_model.affinity import RANK as AFFINITY_RANK
+from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 
 from pipelines.build import build
@@ -33,12 +35,7 @@ def ranker_inputs(spec, n=257, seed=0):
         "user_features": rng.random((n, spec.user_dim)).astype(np.float32),
         "item_features": rng.random((n, spec.item_dim)).astype(np.float32),
         "retrieval_score": rng.random((n, 1)).astype(np.float32),
-        # Recent items, latest first, padded with row 0 after a random length.
-        "history": np.where(
-            np.arange(HISTORY_LEN) < rng.integers(0, HISTORY_LEN + 1, (n, 1)),
-            rng.integers(1, spec.num_rows, (n, HISTORY_LEN)),
-            0,
-        ).astype(np.int64),
+        "user_affinity": rng.standard_normal((n, AFFINITY_RANK)).astype(np.float32) / 4,
     }
 
 
@@ -66,6 +63,19 @@ def test_onnx_outputs_equal_pytorch(built):
         None, {"user_features": user_features, "history": history}
     )[0]
     np.testing.assert_allclose(got_u, expected_u, rtol=1e-5, atol=1e-5)
+
+
+def test_the_user_side_of_the_affinity_equals_the_trained_graphs(built):
+    """What callers compute once per user (recserve_model/affinity.py, from
+    the artifact) equals the training graph's per-row computation."""
+    _, _, ranker = load_models(built.directory)
+    rng = np.random.default_rng(4)
+    history = rng.integers(0, ranker.affinity.history_side.shape[0], (40, HISTORY_LEN))
+    history[:, 12:] = 0  # padding
+    served = UserAffinity.load(built.directory).vectors(history)
+    with torch.no_grad():
+        trained = ranker.affinity.user_side(torch.from_numpy(history)).numpy()
+    np.testing.assert_allclose(served, trained, rtol=1e-5, atol=1e-6)
 
 
 def test_int8_scores_agree_closely_with_fp32(built):

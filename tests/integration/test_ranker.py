@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pandas as pd
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import Encoder, EncodingSpec
 
 from pipelines.triton_repo import model_specs, publish_model
@@ -142,7 +143,8 @@ async def test_scores_equal_onnxruntime_offline(built, ranker, catalog):
             ]
         ),
         "retrieval_score": np.asarray([[c.retrieval_score] for c in cands], np.float32),
-        "history": np.repeat(hist[None, :], n, 0),  # the user's recent items (affinity)
+        # The user's side of the affinity, from the recent items and the artifact.
+        "user_affinity": np.repeat(UserAffinity.load(built.directory).vectors(hist[None, :]), n, 0),
     }
     expected = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx")).run(None, feed)[
         0

@@ -8,7 +8,8 @@ import onnxruntime as ort
 import pytest
 import torch
 import tritonclient.grpc.aio as triton_aio
-from recserve_model.encoding import HISTORY_LEN, EncodingSpec
+from recserve_model.affinity import RANK as AFFINITY_RANK
+from recserve_model.encoding import EncodingSpec
 from tritonclient.grpc import InferInput, InferRequestedOutput
 
 from pipelines.triton_repo import model_specs
@@ -39,7 +40,7 @@ def make_inputs(spec: EncodingSpec, model: str, n: int, seed: int):
         "user_features": rng.random((n, spec.user_dim)).astype(np.float32),
         "item_features": rng.random((n, spec.item_dim)).astype(np.float32),
         "retrieval_score": rng.random((n, 1)).astype(np.float32),
-        "history": rng.integers(0, spec.num_rows, (n, 20)).astype(np.int64),
+        "user_affinity": rng.standard_normal((n, AFFINITY_RANK)).astype(np.float32) / 4,
     }
 
 
@@ -130,22 +131,22 @@ def test_every_generated_config_parses_as_a_triton_model_config(built, tmp_path)
 
 
 class RankerBeforeAffinity(torch.nn.Module):
-    """A ranker graph as exported before issue 18: no ``history`` input."""
+    """A ranker graph as exported before issue 18: no ``user_affinity`` input."""
 
     def __init__(self, ranker) -> None:
         super().__init__()
         self.ranker = ranker
 
     def forward(self, item_id, user_vector, user_features, item_features, retrieval_score):
-        history = item_id.new_zeros(item_id.shape[0], HISTORY_LEN)
+        none = user_vector.new_zeros(user_vector.shape[0], AFFINITY_RANK)
         return self.ranker(
-            item_id, user_vector, user_features, item_features, retrieval_score, history
+            item_id, user_vector, user_features, item_features, retrieval_score, none
         )
 
 
 def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path):
     """The model's config is shared by its versions: one whose graph takes no
-    recent items answers the same request (history ignored), so a rollback
+    input answers the same request (user_affinity ignored), so a rollback
     across the contract change works."""
     from pipelines.export import RANKER_INPUTS, RANKER_OUTPUTS, _export, example_ranker_inputs
     from pipelines.models import Ranker
@@ -167,7 +168,7 @@ def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path)
     old = publish_model(repository, model, legacy, "legacy")
     new = publish_model(repository, model, built.directory, built.version)
     feed = make_inputs(spec, "ranker", 50, seed=2)
-    without_history = {k: v for k, v in feed.items() if k != "history"}
+    without_history = {k: v for k, v in feed.items() if k != "user_affinity"}
     expected_old = ort.InferenceSession(str(legacy / "ranker" / "model.onnx")).run(
         None, without_history
     )[0]
