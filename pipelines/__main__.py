@@ -35,8 +35,16 @@ def build(
         "data"
     ),
 ) -> None:
-    """Dataset -> training -> ONNX -> evaluation -> Triton repository (idempotent)."""
-    result = run_build(data_dir, console=console)
+    """Dataset -> training -> ONNX -> evaluation -> Triton repository (idempotent).
+    An artifact whose served lists lose to a baseline is not published."""
+    from pipelines.build import QualityGateError
+
+    try:
+        result = run_build(data_dir, console=console)
+    except QualityGateError as refused:
+        console.print(metrics_table(refused.metrics, "held-out evaluation (refused)"))
+        console.print(f"[red]{refused}[/]")
+        raise typer.Exit(1) from None
     console.print(metrics_table(result.metrics, f"held-out evaluation, artifact {result.version}"))
     console.print(
         f"artifact {result.directory} ({'reused' if result.reused else 'built'}); "

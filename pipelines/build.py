@@ -151,9 +151,38 @@ def train_and_export(
     return metrics
 
 
+BASELINES = ("popularity", "item_knn", "ease")
+GATED = ("ranked", "ranked_int8")
+GATE_METRICS = ("recall@10", "ndcg@10")
+
+
+class QualityGateError(Exception):
+    """A new artifact that does not beat the baselines is not published."""
+
+    def __init__(self, message: str, metrics: dict[str, dict[str, float]]) -> None:
+        super().__init__(message)
+        self.metrics = metrics
+
+
+def quality_gate(metrics: dict[str, dict[str, float]]) -> list[str]:
+    """What fails: the served lists against every baseline the evaluation ran."""
+    failures = []
+    for model in GATED:
+        for key in GATE_METRICS:
+            for baseline in BASELINES:
+                if baseline in metrics and metrics[model][key] < metrics[baseline][key]:
+                    failures.append(
+                        f"{model} {key} {metrics[model][key]:.4f} < "
+                        f"{baseline} {metrics[baseline][key]:.4f}"
+                    )
+    return failures
+
+
 def build(
     data_dir: Path, config: TrainConfig | None = None, console: Console | None = None
 ) -> BuildResult:
+    """Builds (or reuses) the artifact and publishes it to the Triton
+    repository and CURRENT, unless its served lists lose to a baseline."""
     config = config or TrainConfig()
     console = console or Console(stderr=True)
     data = dataset.load_movielens(data_dir / "raw")
@@ -184,6 +213,11 @@ def build(
             },
         )
         staging.rename(directory)
+    failures = quality_gate(metrics)
+    if failures:
+        raise QualityGateError(
+            f"artifact {version} is built but not published: " + "; ".join(failures), metrics
+        )
     triton_versions = triton_repo.generate(data_dir / "triton" / "repository", directory, version)
     artifacts.set_current(data_dir, version)
     return BuildResult(version, directory, reused, metrics, triton_versions)

@@ -1,0 +1,20 @@
+"""The build's quality gate: what it publishes beats every baseline."""
+
+from pipelines.build import quality_gate
+
+
+def test_the_build_refuses_to_publish_a_model_that_loses_to_a_baseline():
+    """Issue 18: a new model's publish compares against the baselines."""
+    good = {
+        "popularity": {"recall@10": 0.07, "ndcg@10": 0.08},
+        "item_knn": {"recall@10": 0.12, "ndcg@10": 0.13},
+        "ease": {"recall@10": 0.13, "ndcg@10": 0.14},
+        "ranked": {"recall@10": 0.16, "ndcg@10": 0.17},
+        "ranked_int8": {"recall@10": 0.16, "ndcg@10": 0.17},
+    }
+    assert quality_gate(good) == []
+    worse = {**good, "ranked_int8": {"recall@10": 0.125, "ndcg@10": 0.17}}
+    assert quality_gate(worse) == ["ranked_int8 recall@10 0.1250 < ease 0.1300"]
+    # An artifact evaluated before the baselines existed is held to popularity.
+    old = {k: v for k, v in good.items() if k not in ("item_knn", "ease")}
+    assert quality_gate(old) == []
