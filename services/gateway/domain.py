@@ -71,6 +71,13 @@ QUEUED_SECONDS = Histogram(
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
 )
 FALLBACKS = Counter("recserve_gateway_fallback_total", "Degraded answers by reason.", ["reason"])
+SHED = Counter(
+    "recserve_gateway_shed_total",
+    "Requests shed at the door, by cause: the bound on requests in flight, or "
+    "a wait before the gateway past max_queue_ms.",
+    ["cause"],
+)
+SHED_BY_BOUND, SHED_QUEUED = SHED.labels("bound"), SHED.labels("queued")
 IN_FLIGHT = Gauge("recserve_gateway_in_flight", "Requests being served.")
 LIMIT = Gauge("recserve_gateway_concurrency_limit", "Requests admitted at once (adaptive).")
 
@@ -336,8 +343,11 @@ class Gateway:
         queueing before us)."""
         answer = Answer(items=[])
         QUEUED_SECONDS.observe(queued_s)
-        overloaded = queued_s * 1000 > self.settings.max_queue_ms
-        if overloaded or not self.limit.admits(self.in_flight):
+        if queued_s * 1000 > self.settings.max_queue_ms:
+            SHED_QUEUED.inc()
+            return self.fallback(answer, "SHED", query)
+        if not self.limit.admits(self.in_flight):
+            SHED_BY_BOUND.inc()
             return self.fallback(answer, "SHED", query)
         self.in_flight += 1
         IN_FLIGHT.inc()

@@ -330,14 +330,19 @@ def test_a_request_that_queued_too_long_is_shed_and_clients_cannot_forge_it(stac
     assert REASON(reply.degraded_reason) != "DEGRADED_REASON_SHED"
 
 
-def gateway_metric(stack, name):
+def gateway_metric(stack, name, replica=0):
     base = int(stack.env["RECSERVE_STACK_METRICS_BASE_PORT"])
-    port = StackSettings(metrics_base_port=base).metrics_port("gateway")
+    port = StackSettings(metrics_base_port=base).metrics_port("gateway", replica)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         for line in response.read().decode().splitlines():
             if line.startswith(f"{name} "):
                 return float(line.split()[1])
     raise AssertionError(f"{name} not exported")
+
+
+def gateways_metric(stack, name):
+    """The sum over both gateways (Envoy spreads a burst across them)."""
+    return gateway_metric(stack, name) + gateway_metric(stack, name, replica=1)
 
 
 async def burst(stack, size, direct_to_gateway=False):
@@ -377,9 +382,11 @@ def test_overload_is_shed_at_the_door_by_an_adaptive_bound(stack, stub):
 def test_a_burst_after_a_quiet_spell_is_served_not_shed(stack, stub):
     """A page's carousels arrive together: 8 requests at once through Envoy,
     after the overload above cut the bound (test_overload_...: below 32) and a
-    quiet spell. Nothing is shed and nothing fails: the bound recovered, and the
-    machine can serve them. (32 at once need about 0.3 s of CPU on two cores,
-    more than the 100 ms budget: some are shed, see docs/benchmarks.md.)"""
+    quiet spell. The bound recovered, so none is shed by it, and nothing
+    fails. (Whether each answer is whole in time is the machine's speed: a
+    request that waited past max_queue_ms before the gateway is still shed,
+    and that is not asserted here. 32 at once need about 0.3 s of CPU on two
+    cores, more than the 100 ms budget, see docs/benchmarks.md.)"""
     full_answer(stub)
     # The quiet spell: the bound is back at its maximum once no request has
     # been late for a second (it stayed at its floor before the fix).
@@ -389,10 +396,11 @@ def test_a_burst_after_a_quiet_spell_is_served_not_shed(stack, stub):
         0.1,
         "the gateway's bound to recover",
     )
+    bound = 'recserve_gateway_shed_total{cause="bound"}'
+    before = gateways_metric(stack, bound)
     replies = asyncio.run(burst(stack, 8))
     assert len(replies) == 8 and all(len(r.items) == 10 for r in replies)
-    reasons = [REASON(r.degraded_reason) for r in replies if r.degraded]
-    assert "DEGRADED_REASON_SHED" not in reasons, reasons
+    assert gateways_metric(stack, bound) == before, "shed by the bound"
 
 
 def test_admin_calls_need_a_token_and_soft_delete_applies(stack, stub):
