@@ -18,19 +18,13 @@ from pathlib import Path
 import grpc
 from recserve_model import artifacts
 
-from pipelines import dataset
 from pipelines.evaluate import CUTOFFS, evaluate_artifact, metrics_at
+from pipelines.rescore.validate import movielens_split
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 
 K = max(CUTOFFS)
 ATTEMPTS = 8
-
-
-def holdout(raw_dir: Path) -> dict[str, set[str]]:
-    """Each user's held-out items (the latest 10), by id."""
-    test = dataset.temporal_split(dataset.load_movielens(raw_dir).interactions).test
-    return {str(u): set(map(str, items)) for u, items in test.groupby("user_id")["item_id"]}
 
 
 async def live_answers(
@@ -67,7 +61,7 @@ def live_metrics(
 
 def compare(target: str, data_dir: Path, exclude: set[str] = frozenset()) -> dict[str, object]:
     """Live and offline metrics of the current artifact, on the same users."""
-    truth = holdout(data_dir / "raw")
+    truth, _ = movielens_split(data_dir)  # each user's latest 10, as the nightly gates read
     users = sorted(u for u in truth if u not in exclude)
     answers = asyncio.run(live_answers(target, users))
     degraded = sum(1 for reply in answers.values() if reply.degraded)
