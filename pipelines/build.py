@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from recserve_model import artifacts
+from recserve_model import artifacts, rollout_state
 from rich.console import Console
 from rich.progress import Progress
 
@@ -218,6 +218,11 @@ def build(
         raise QualityGateError(
             f"artifact {version} is built but not published: " + "; ".join(failures), metrics
         )
-    triton_versions = triton_repo.generate(data_dir / "triton" / "repository", directory, version)
+    triton_versions = triton_repo.generate(
+        data_dir / "triton" / "repository",
+        directory,
+        version,
+        frozenset(rollout_state.protected_versions(data_dir)),
+    )
     artifacts.set_current(data_dir, version)
     return BuildResult(version, directory, reused, metrics, triton_versions)

@@ -18,9 +18,11 @@ Batching choices (see docs/benchmarks.md for the measurements):
     and at every load level 250 us served more than 1 ms.
 
 Triton versions are integers; ``versions.json`` in each model folder maps
-them to artifact versions. The newest two stay on disk and loaded
-(``latest: 2``): the ranker pins a version per request, so switching, or
-rolling back, is instant and drops nothing.
+them to artifact versions. The newest two stay on disk, and so does any
+version a rollout of the ranker serves or may return to
+(recserve_model.rollout_state); Triton loads every version on disk
+(``all``): the ranker pins a version per request, so switching, canary
+traffic and rolling back are instant and drop nothing.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def cpu_config(model: ModelSpec, batching: bool = True) -> str:
         + _tensors("output", model.outputs)
         + "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
         + (dynamic_batching(model.cpu_queue_delay_us) if batching else "")
-        + "version_policy: { latest: { num_versions: 2 } }\n"
+        + "version_policy: { all: {} }\n"
         + 'parameters { key: "intra_op_threads" value { string_value: "2" } }\n'
     )
 
@@ -124,7 +126,7 @@ def gpu_config(model: ModelSpec) -> str:
         + _tensors("output", model.outputs)
         + "instance_group [ { kind: KIND_GPU count: 1 } ]\n"
         + dynamic_batching(model.gpu_queue_delay_us)
-        + "version_policy: { latest: { num_versions: 2 } }\n"
+        + "version_policy: { all: {} }\n"
         + "optimization { execution_accelerators { gpu_execution_accelerator: [ {\n"
         + '  name: "tensorrt"\n'
         + '  parameters { key: "precision_mode" value: "FP16" }\n'
@@ -140,8 +142,15 @@ def read_versions(model_dir: Path) -> dict[int, str]:
     return {int(k): v for k, v in json.loads(path.read_text()).items()}
 
 
-def publish_model(repository: Path, model: ModelSpec, artifact: Path, version: str) -> int:
-    """Adds the artifact's model as a new Triton version (or finds it); returns it."""
+def publish_model(
+    repository: Path,
+    model: ModelSpec,
+    artifact: Path,
+    version: str,
+    protected: frozenset[str] = frozenset(),
+) -> int:
+    """Adds the artifact's model as a new Triton version (or finds it); returns it.
+    Versions past the newest KEEP_VERSIONS are deleted unless ``protected``."""
     model_dir = repository / model.name
     versions = read_versions(model_dir)
     existing = [n for n, v in versions.items() if v == version]
@@ -164,13 +173,38 @@ def publish_model(repository: Path, model: ModelSpec, artifact: Path, version: s
     staging.rename(model_dir / str(number))
     versions[number] = version
     for old in sorted(versions)[:-KEEP_VERSIONS]:
+        if versions[old] in protected:
+            continue
         shutil.rmtree(model_dir / str(old), ignore_errors=True)
         del versions[old]
     (model_dir / "versions.json").write_text(json.dumps(versions, indent=2, sort_keys=True))
     return number
 
 
-def generate(repository: Path, artifact: Path, version: str) -> dict[str, int]:
+def generate(
+    repository: Path, artifact: Path, version: str, protected: frozenset[str] = frozenset()
+) -> dict[str, int]:
     spec = EncodingSpec.load(artifact / "encoding.json")
     repository.mkdir(parents=True, exist_ok=True)
-    return {m.name: publish_model(repository, m, artifact, version) for m in model_specs(spec)}
+    return {
+        m.name: publish_model(repository, m, artifact, version, protected)
+        for m in model_specs(spec)
+    }
+
+
+def publish_copy(data_dir: Path, source: str, version: str) -> dict[str, int]:
+    """The artifact ``source`` published again as ``version`` (a link to the
+    same files): a second version to rehearse a rollout or measure shadow
+    scoring with. Versions a rollout uses are kept."""
+    from recserve_model import artifacts, rollout_state
+
+    root = artifacts.artifacts_root(data_dir)
+    link = root / version
+    if not link.exists():
+        link.symlink_to((root / source).resolve(), target_is_directory=True)
+    return generate(
+        data_dir / "triton" / "repository",
+        link,
+        version,
+        frozenset(rollout_state.protected_versions(data_dir)),
+    )

@@ -39,7 +39,8 @@ IMAGES: dict[str, list[str]] = {
     "gateway": [],
     "features": ["feast", "redis", "pandas", "pyarrow", "cachetools"],
     "retriever": ["qdrant-edge-py", "qdrant-client", "pandas", "pyarrow"],
-    "ranker": ["tritonclient[grpc]"],
+    # The rollout judge reads percentiles from hdrhistogram.
+    "ranker": ["tritonclient[grpc]", "hdrhistogram"],
     # The init/batch image: build, publish (Feast, Qdrant), keys, nightly re-scoring.
     "pipelines": [
         "torch",

@@ -7,9 +7,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def pytest_collection_modifyitems(config, items):
     # Integration and e2e tests start real processes; run them after units.
-    order = {"unit": 0, "integration": 1, "e2e": 2}
+    # delivery/ starts a stack of its own: after e2e/'s has stopped.
+    order = {"unit": 0, "integration": 1, "e2e": 2, "delivery": 3}
     items.sort(
-        key=lambda item: next((v for k, v in order.items() if f"/{k}/" in str(item.fspath)), 3)
+        key=lambda item: next((v for k, v in order.items() if f"/{k}/" in str(item.fspath)), 4)
     )
 
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,6 +57,22 @@ class RunningStack:
             return psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
             return []
+
+    def component_pid(self, marker: str) -> int:
+        """The pid of the component whose command line holds ``marker``."""
+        for process in self.descendants():
+            if marker in " ".join(process.cmdline()):
+                return process.pid
+        raise AssertionError(f"no process matching {marker}")
+
+    def metrics(self, service: str) -> str:
+        """The /metrics text of a service (replica 0)."""
+        from recserve_stack.settings import StackSettings
+
+        base = int(self.env["RECSERVE_STACK_METRICS_BASE_PORT"])
+        port = StackSettings(metrics_base_port=base).metrics_port(service)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
 
 
 PORT_NAMES = [

@@ -16,10 +16,12 @@ from rich.table import Table
 from recserve_kit.config import load_settings
 from recserve_stack import auth, envoy, pki
 from recserve_stack.components import stack_components
+from recserve_stack.rollout_cli import app as rollout_app
 from recserve_stack.runner import Component, ComponentFailed, Runner
 from recserve_stack.settings import StackSettings
 
 app = typer.Typer(add_completion=False, help=__doc__)
+app.add_typer(rollout_app, name="rollout")
 console = Console(stderr=True)
 
 # Called once the stack is ready (make run prints sample recommendations).

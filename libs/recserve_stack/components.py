@@ -28,6 +28,8 @@ def service_environment(settings: StackSettings) -> dict[str, str]:
             env[prefix + "TLS_DIR"] = str(settings.tls_dir)
             env[prefix + "ADMIN_JWKS"] = str(settings.data_dir / "auth" / "jwks.json")
     env["RECSERVE_RANKER_TRITON_URL"] = f"{host}:{settings.triton_grpc_port}"
+    metrics = f"http://{host}:{settings.triton_metrics_port}/metrics"
+    env["RECSERVE_RANKER_TRITON_METRICS_URL"] = metrics
     env["RECSERVE_RANKER_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
     env["RECSERVE_GATEWAY_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
     env["RECSERVE_GATEWAY_RETRIEVER_ADDR"] = f"{host}:{settings.retriever_port}"

@@ -520,7 +520,7 @@ class Gateway:
                 )
                 scores = np.asarray(ranked.scores, dtype=np.float32)
                 answer.model_version = ranked.model_version
-                self.user_vectors.saw_version(ranked.model_version)
+                self.user_vectors.saw_version(ranked.model_version, profile, embedded.model_version)
             except StageFailed as failure:
                 # Retrieval order is still personal: better than popularity.
                 answer.degraded = True

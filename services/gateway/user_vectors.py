@@ -2,8 +2,12 @@
 
 The user tower is a pure function of the user's profile (the features it
 reads, recent items included) and the model version. Whatever changes a
-user (a push of new activity) changes the key, so an entry is never stale;
-a new model version makes every older entry a miss. A hit saves the whole
+user (a push of new activity) changes the key, so an entry is never stale.
+Entries of the two model versions the ranker answered with last are used
+(during a rollout users are on either); an older version's are misses, and
+an entry the ranker scored with another version (the user moved to the
+candidate) is dropped, so the next request embeds with the right one. The
+ranker never mixes versions whatever the cache holds. A hit saves the whole
 embed stage: one call to the ranker and one to Triton (about 2 ms of CPU and
 2.5 ms of latency on two cores, docs/benchmarks.md). Bounded, least recently
 used out first; ``size`` 0 turns it off.
@@ -11,7 +15,7 @@ used out first; ``size`` 0 turns it off.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from prometheus_client import Counter
 
@@ -27,7 +31,8 @@ class UserVectors:
     def __init__(self, size: int) -> None:
         self.size = size
         self._entries: OrderedDict[bytes, tuple[bytes, str]] = OrderedDict()
-        self.version = ""  # the model version the ranker last answered with
+        # The model versions the ranker answered with last (two: a rollout's).
+        self.versions: deque[str] = deque(maxlen=2)
 
     @staticmethod
     def key(profile: fpb.UserFeatures) -> bytes:
@@ -38,7 +43,7 @@ class UserVectors:
         if not self.size:
             return None
         found = self._entries.get(key)
-        if found is None or found[1] != self.version:
+        if found is None or found[1] not in self.versions:
             MISS.inc()
             return None
         self._entries.move_to_end(key)
@@ -48,16 +53,28 @@ class UserVectors:
     def put(self, key: bytes, vector_f32: bytes, version: str) -> None:
         if not self.size or not vector_f32:
             return
-        self.version = version
+        self._seen(version)
         self._entries[key] = (vector_f32, version)
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
 
-    def saw_version(self, version: str) -> None:
-        """The ranker answered with this version: older vectors stop matching."""
-        if version:
-            self.version = version
+    def saw_version(
+        self, version: str, profile: fpb.UserFeatures | None = None, embedded_with: str = ""
+    ) -> None:
+        """The ranker scored with ``version``; a vector of another version that
+        it was sent for ``profile`` is dropped (the ranker embedded again)."""
+        if not version:
+            return
+        self._seen(version)
+        if profile is not None and embedded_with and embedded_with != version:
+            self._entries.pop(self.key(profile), None)
+
+    def _seen(self, version: str) -> None:
+        if version and (not self.versions or self.versions[-1] != version):
+            if version in self.versions:
+                self.versions.remove(version)
+            self.versions.append(version)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -40,6 +40,28 @@ class RankerSettings(ServiceSettings):
     health_interval_s: float = Field(
         1.0, gt=0, description="How often Triton's readiness is checked (2 calls each time)."
     )
+    triton_metrics_url: str = Field(
+        "http://127.0.0.1:8002/metrics",
+        description="Triton's Prometheus endpoint: its memory, for the rollout judge; "
+        "empty: memory is not judged.",
+    )
+    rollout_interval_s: float = Field(1.0, gt=0, description="How often the rollout judge looks.")
+    rollout_steps_percent: list[float] = Field(
+        [5.0, 25.0, 50.0, 100.0], description="Default steps of a rollout (users on the candidate)."
+    )
+    rollout_soak_s: float = Field(60.0, ge=0, description="Default time each step is held.")
+    rollout_min_requests: int = Field(
+        50, ge=1, description="Default candidate requests a step needs before it is promoted."
+    )
+    rollout_max_p99_ms: float = Field(150.0, gt=0, description="Roll back above this p99.")
+    rollout_max_error_rate: float = Field(0.005, ge=0, le=1, description="... or this error rate.")
+    rollout_max_memory_fraction: float = Field(
+        0.85, gt=0, le=1, description="... or with Triton's (GPU or host) memory above this."
+    )
+    shadow_max_in_flight: int = Field(
+        2, ge=1, description="Shadow scorings at once; more are dropped (and counted)."
+    )
+    shadow_timeout_s: float = Field(1.0, gt=0, description="Cap on one shadow scoring.")
     triton_repository: Path | None = Field(
         None,
         description="Model repository (for versions.json); default <data_dir>/triton/repository.",

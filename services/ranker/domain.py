@@ -9,7 +9,10 @@ loading). Candidates' item features come from the ranker's own table
 inference pins the Triton version number of the artifact in use, so every
 response names exactly the model that produced it. ``load`` switches
 versions without a failed request: Triton first loads the new version next
-to the old one, the pin moves, then the old version is unloaded.
+to the old one, then the pin moves. During a rollout (``rollout``) each user
+is pinned to the stable or the candidate version by a hash of the user id; a
+candidate that fails or returns non-finite scores is answered by the stable
+version instead, and the judge sees the failure.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as triton_aio
-from recserve_model import artifacts
+from recserve_model import artifacts, rollout_state
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
@@ -35,6 +40,9 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound, U
 from recserve_kit.tracing import is_sampled, outbound_metadata
 from services.ranker.config import RankerSettings
 from services.ranker.item_table import ItemTable
+from services.ranker.rollout import Plan, Rollout
+from services.ranker.shadow import Shadow
+from services.ranker.triton_metrics import read_memory_fraction
 
 log = logging.getLogger(__name__)
 BACKSTOP_GRACE_S = 0.25
@@ -48,6 +56,7 @@ class UserInput:
     rating_count: float
     mean_rating: float
     recent_item_ids: Sequence[str]
+    user_id: str = ""  # which version a rollout serves this user
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,7 @@ def _consume(call: asyncio.Future[object]) -> None:
         call.exception()
 
 
+_T = TypeVar("_T")
 Tensor = tuple[str, np.ndarray]
 DATATYPES = {np.dtype(np.int64): "INT64", np.dtype(np.float32): "FP32"}
 KEEPALIVE = KeepAliveOptions(
@@ -136,7 +146,10 @@ class Ranker:
         )
         self.infer_stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.items = ItemTable()
-        self.loaded: Loaded | None = None
+        self.loaded: Loaded | None = None  # the stable version
+        self.versions: dict[str, Loaded] = {}  # loaded and warmed up, by artifact version
+        self.rollout: Rollout | None = None  # set once the first version is loaded
+        self.shadow = Shadow(settings.shadow_max_in_flight, lambda: self.abandoned > 0)
         self._load_lock = asyncio.Lock()
         self.abandoned = 0  # Triton calls still running that nobody waits for
 
@@ -167,7 +180,7 @@ class Ranker:
         loaded = self.loaded
         if loaded is None:
             try:
-                await self.load(self._newest_version(), initial=True)
+                await self._initial_load()
             except (
                 InferenceServerException,
                 FailedPrecondition,
@@ -176,6 +189,9 @@ class Ranker:
                 OSError,
             ) as exc:
                 log.debug("initial load not possible yet: %s", exc)
+                return False
+            except rollout_state.RolloutStateError as exc:
+                log.error("%s; fix or remove it to start", exc)
                 return False
             loaded = self.loaded
             assert loaded is not None
@@ -195,27 +211,104 @@ class Ranker:
         if await self.client.is_model_ready(model, str(number)):
             return
         # Reloading re-reads the repository: new versions load beside the ones
-        # serving, which keep answering until the policy (latest 2) drops them.
+        # serving, which keep answering (every version on disk is loaded).
         await self.client.load_model(model, headers=self.control_headers)
         if not await self.client.is_model_ready(model, str(number)):
-            raise FailedPrecondition(
-                f"{model} version {number} is not loaded; only the newest two are kept"
-            )
+            raise FailedPrecondition(f"{model} version {number} is not loaded")
 
-    async def load(self, version: str, initial: bool = False) -> Loaded:
+    async def _prepare(self, version: str) -> Loaded:
+        """Both models of ``version`` loaded in Triton and warmed up."""
+        known = self.versions.get(version)
+        if known is not None:
+            return known
+        target = self._resolve(version)
+        await self._ensure_loaded(self.settings.user_model, target.user_model_version)
+        await self._ensure_loaded(self.settings.ranking_model, target.ranking_model_version)
+        await self._warm_up(target)
+        self.versions[version] = target
+        return target
+
+    async def _initial_load(self) -> None:
+        """The persisted stable version (an operator's or a rollout's choice),
+        else the newest; a rollout in progress resumes at its step."""
         async with self._load_lock:
-            target = self._resolve(version)
-            if self.loaded is not None and self.loaded.version == version:
-                return self.loaded
-            await self._ensure_loaded(self.settings.user_model, target.user_model_version)
-            await self._ensure_loaded(self.settings.ranking_model, target.ranking_model_version)
-            await self._warm_up(target)
+            persisted = rollout_state.load(self.settings.data_dir)
+            ranking = read_versions(self.settings, self.settings.ranking_model)
+            stable = self._newest_version()
+            if persisted is not None and persisted.stable in ranking:
+                stable = persisted.stable
+            self.loaded = await self._prepare(stable)
+            rollout = Rollout(self.settings.data_dir, stable)
+            self.rollout = rollout
+            if not rollout.state.active:
+                return
+            try:
+                await self._prepare(rollout.state.candidate)
+            except (InferenceServerException, FailedPrecondition, NotFound, OSError) as exc:
+                rollout.rollback(f"the candidate cannot be loaded after a restart: {exc}")
+                return
+            rollout.resumed_after_restart()
+
+    async def load(self, version: str) -> Loaded:
+        """An operator's switch (LoadModel): refused while a rollout runs."""
+        async with self._load_lock:
+            rollout = self.rollout_control()
+            if rollout.state.active:
+                rollout.set_stable(version)  # raises FailedPrecondition
+            target = await self._prepare(version)
             # Requests in flight finish on the version they pinned; new ones
             # pin the new version from here on.
             self.loaded = target
-            if not initial:
-                log.info("switched model version", extra={"fields": {"version": version}})
+            rollout.set_stable(version)
+            log.info("switched model version", extra={"fields": {"version": version}})
             return target
+
+    # -- rollouts ----------------------------------------------------------------
+
+    def rollout_control(self) -> Rollout:
+        if self.rollout is None:
+            raise Unavailable("no model loaded yet")
+        return self.rollout
+
+    async def start_rollout(self, plan: Plan) -> Rollout:
+        async with self._load_lock:
+            rollout = self.rollout_control()
+            plan.check()
+            if rollout.state.active:
+                raise FailedPrecondition(
+                    f"a rollout of {rollout.state.candidate} is {rollout.state.status}; "
+                    "abort it first"
+                )
+            if plan.candidate != rollout.state.stable:
+                await self._prepare(plan.candidate)  # NotFound for an unknown version
+            rollout.start(plan)
+            return rollout
+
+    def rollout_action(self, action: str) -> Rollout:
+        """pause, resume, promote or abort, by an operator."""
+        rollout = self.rollout_control()
+        getattr(rollout, action)()
+        self._follow_stable()
+        return rollout
+
+    def _follow_stable(self) -> None:
+        """A promotion past the last step makes the candidate the stable pin."""
+        rollout = self.rollout
+        if rollout is not None and self.loaded is not None:
+            stable = rollout.state.stable
+            if stable != self.loaded.version and stable in self.versions:
+                self.loaded = self.versions[stable]
+
+    async def judge_forever(self) -> None:
+        """The rollout judge: once per interval while a rollout is active."""
+        while True:
+            await asyncio.sleep(self.settings.rollout_interval_s)
+            rollout = self.rollout
+            if rollout is None or not rollout.state.active:
+                continue
+            memory = await read_memory_fraction(self.settings.triton_metrics_url)
+            rollout.tick(memory)
+            self._follow_stable()
 
     async def _warm_up(self, target: Loaded) -> None:
         """One inference per model, so the first real request is not the slow one."""
@@ -252,8 +345,29 @@ class Ranker:
         )
         return features[None, :], encoder.history(user.recent_item_ids)[None, :]
 
+    def _track(self, call: asyncio.Future[object], version: str, timed: bool) -> None:
+        """The rollout judge's figures: every call's outcome for its version,
+        and its time (``timed``: the ranking model) even when nobody waits."""
+        rollout, started = self.rollout, time.perf_counter()
+        if rollout is None or not version:
+            return
+
+        def done(finished: asyncio.Future[object]) -> None:
+            if finished.cancelled() or finished.exception() is not None:
+                rollout.failed(version, "triton")
+            elif timed:
+                rollout.completed(version, time.perf_counter() - started)
+
+        call.add_done_callback(done)
+
     async def _infer(
-        self, model: str, version: int, inputs: list[Tensor], output: str, timeout_s: float
+        self,
+        model: str,
+        version: int,
+        inputs: list[Tensor],
+        output: str,
+        timeout_s: float,
+        artifact: str = "",
     ) -> np.ndarray:
         # Triton continues the caller's trace, for sampled requests only (it
         # traces whatever carries a context).
@@ -274,6 +388,7 @@ class Ranker:
             )
         )
         call.add_done_callback(_consume)
+        self._track(call, artifact, timed=model == self.settings.ranking_model)
         try:
             # The caller's deadline cancels this handler (not the shielded
             # call); this wait bounds Triton's share, with room for loop lag,
@@ -293,8 +408,33 @@ class Ranker:
             raise Unavailable(f"Triton {model} inference failed") from None
         return output_array(result)
 
+    def _loaded_for(self, user_id: str) -> Loaded:
+        """The version this user is on: the stable one unless a rollout says."""
+        stable = self._current()
+        rollout = self.rollout
+        if rollout is None or not rollout.state.active:
+            return stable
+        return self.versions.get(rollout.version_for(user_id), stable)
+
+    async def _with_fallback(self, loaded: Loaded, run: Callable[[Loaded], Awaitable[_T]]) -> _T:
+        """A candidate's failure is answered by the stable version."""
+        try:
+            return await run(loaded)
+        except Unavailable as failure:
+            stable = self._current()
+            if loaded.version == stable.version:
+                raise
+            log.debug("candidate %s failed (%s); stable answers", loaded.version, failure)
+            return await run(stable)
+
     async def embed_user(self, user: UserInput, timeout_s: float) -> tuple[np.ndarray, str]:
-        loaded = self._current()
+        return await self._with_fallback(
+            self._loaded_for(user.user_id), lambda loaded: self._embed(loaded, user, timeout_s)
+        )
+
+    async def _embed(
+        self, loaded: Loaded, user: UserInput, timeout_s: float
+    ) -> tuple[np.ndarray, str]:
         features, history = self.user_arrays(loaded.encoder, user)
         vector = await self._infer(
             self.settings.user_model,
@@ -302,6 +442,7 @@ class Ranker:
             [("user_features", features), ("history", history)],
             "user_vector",
             timeout_s,
+            artifact=loaded.version,
         )
         return vector[0], loaded.version
 
@@ -320,15 +461,19 @@ class Ranker:
     ) -> tuple[np.ndarray, str, int]:
         """Score candidates that carry their item features (the message form)."""
         self._check_count(len(candidates), "candidates")
-        loaded = self._current()
-        encoder = loaded.encoder
-        features = np.stack(
-            [encoder.item(c.year, c.popularity, c.mean_rating, c.categories) for c in candidates]
-        )
+
+        def features(loaded: Loaded) -> np.ndarray:
+            item = loaded.encoder.item
+            return np.stack(
+                [item(c.year, c.popularity, c.mean_rating, c.categories) for c in candidates]
+            )
+
         retrieval = np.asarray([c.retrieval_score for c in candidates], dtype=np.float32)
         vector = np.asarray(user_vector, dtype=np.float32) if user_vector else None
         ids = [c.item_id for c in candidates]
-        return await self._score(loaded, user, ids, features, retrieval, vector, timeout_s)
+        return await self._score_routed(
+            user, ids, features, retrieval, vector, "", timeout_s, "user_vector"
+        )
 
     async def score_ids(
         self,
@@ -348,20 +493,68 @@ class Ranker:
             raise InvalidArgument(
                 "retrieval_scores_f32", f"has {len(retrieval_scores)} values for {n} item_ids"
             )
-        loaded = self._current()
-        if vector_version and vector_version != loaded.version:
-            user_vector = None
-        features = self.items.features(loaded.encoder, item_ids)
-        return await self._score(
-            loaded,
+        return await self._score_routed(
             user,
             item_ids,
-            features,
+            lambda loaded: self.items.features(loaded.encoder, item_ids),
             retrieval_scores,
             user_vector,
+            vector_version,
             timeout_s,
-            vector_field="user_vector_f32",
+            "user_vector_f32",
         )
+
+    async def _score_routed(
+        self,
+        user: UserInput,
+        item_ids: Sequence[str],
+        item_features: Callable[[Loaded], np.ndarray],
+        retrieval_scores: np.ndarray,
+        user_vector: np.ndarray | None,
+        vector_version: str,
+        timeout_s: float,
+        vector_field: str,
+    ) -> tuple[np.ndarray, str, int]:
+        """Scores with the user's version (stable on a candidate's failure);
+        a vector from another version is not used, so a score never mixes two.
+        A share of the stable version's answers is shadow-scored afterwards."""
+
+        async def run(
+            loaded: Loaded, vector: np.ndarray | None = user_vector
+        ) -> tuple[np.ndarray, str, int]:
+            if vector_version and vector_version != loaded.version:
+                vector = None
+            return await self._score(
+                loaded,
+                user,
+                item_ids,
+                item_features(loaded),
+                retrieval_scores,
+                vector,
+                timeout_s,
+                vector_field,
+            )
+
+        result = await self._with_fallback(self._loaded_for(user.user_id), run)
+        rollout = self.rollout
+        if rollout is not None and result[1] == rollout.state.stable and rollout.shadow_wanted():
+            candidate = self.versions.get(rollout.state.candidate)
+            if candidate is not None:
+
+                async def shadow_scores() -> np.ndarray:
+                    scores, _, _ = await self._score(
+                        candidate,
+                        user,
+                        item_ids,
+                        item_features(candidate),
+                        retrieval_scores,
+                        None,
+                        self.settings.shadow_timeout_s,
+                    )
+                    return scores
+
+                self.shadow.submit(result[0], shadow_scores)
+        return result
 
     async def _score(
         self,
@@ -378,7 +571,7 @@ class Ranker:
         encoder = loaded.encoder
         dim = encoder.spec.embedding_dim
         if user_vector is None:
-            user_vector, _ = await self.embed_user(user, timeout_s)
+            user_vector, _ = await self._embed(loaded, user, timeout_s)
         elif len(user_vector) != dim:
             raise InvalidArgument(vector_field, f"has {len(user_vector)} values; expected {dim}")
         n = len(item_ids)
@@ -397,8 +590,19 @@ class Ranker:
             ("user_affinity", np.broadcast_to(user_affinity, (n, AFFINITY_RANK))),
         ]
         scores = await self._infer(
-            self.settings.ranking_model, loaded.ranking_model_version, inputs, "score", timeout_s
+            self.settings.ranking_model,
+            loaded.ranking_model_version,
+            inputs,
+            "score",
+            timeout_s,
+            artifact=loaded.version,
         )
+        if not np.isfinite(scores).all():
+            # Never served: a candidate's request is answered by the stable
+            # version; the stable version's is an error the gateway degrades.
+            if self.rollout is not None:
+                self.rollout.failed(loaded.version, "non_finite", counted=True)
+            raise Unavailable(f"model version {loaded.version} returned non-finite scores")
         return scores[:, 0], loaded.version, int((rows == 0).sum())
 
     async def model_info(self) -> list[tuple[str, str, str]]:
@@ -419,5 +623,6 @@ class Ranker:
         return out
 
     async def close(self) -> None:
+        await self.shadow.close()
         await self.client.close()
         await self.channel.close()

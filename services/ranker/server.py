@@ -24,7 +24,17 @@ async def create_server(settings: RankerSettings) -> Service:
             Registration(
                 RankerServicer(ranker),
                 SERVICE_NAME,
-                admin_methods=frozenset({"LoadModel"}),
+                admin_methods=frozenset(
+                    {
+                        "LoadModel",
+                        "StartRollout",
+                        "GetRollout",
+                        "PauseRollout",
+                        "ResumeRollout",
+                        "PromoteRollout",
+                        "AbortRollout",
+                    }
+                ),
             )
         ],
         probes=[
@@ -35,6 +45,7 @@ async def create_server(settings: RankerSettings) -> Service:
         ],
     )
     service.run_in_background(watch.run)
+    service.run_in_background(ranker.judge_forever)
     service.cleanups.append(ranker.close)
     service.cleanups.append(features.close)
     service.domain = ranker

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import grpc
 import numpy as np
+from opentelemetry import trace
+from recserve_model import published
+from recserve_model.rollout_state import Decision, Triggers
 
 from recserve.features.v1 import features_pb2
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve_kit import attributes as attr
 from recserve_kit.deadlines import outbound_timeout
 from recserve_kit.errors import InvalidArgument
+from services.ranker.config import RankerSettings
 from services.ranker.domain import CandidateInput, Ranker, UserInput
+from services.ranker.rollout import Plan, Rollout
 
 
 def to_user(message: features_pb2.UserFeatures) -> UserInput:
@@ -21,6 +27,7 @@ def to_user(message: features_pb2.UserFeatures) -> UserInput:
         message.rating_count,
         message.mean_rating,
         list(message.recent_item_ids),
+        message.user_id,
     )
 
 
@@ -51,6 +58,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         vector, version = await self.ranker.embed_user(
             to_user(request.user), self._timeout(context)
         )
+        trace.get_current_span().set_attribute(attr.MODEL_VERSION, version)
         return pb.EmbedUserResponse(
             vector=vector.tolist(), model_version=version, vector_f32=vector.tobytes()
         )
@@ -64,6 +72,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         scores, version, unknown = await self.ranker.score(
             to_user(request.user), candidates, list(request.user_vector), self._timeout(context)
         )
+        trace.get_current_span().set_attribute(attr.MODEL_VERSION, version)
         return pb.ScoreResponse(
             scores=scores.tolist(), model_version=version, unknown_item_count=unknown
         )
@@ -84,6 +93,39 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         loaded = await self.ranker.load(request.version)
         return pb.LoadModelResponse(model_version=loaded.version)
 
+    async def StartRollout(
+        self, request: pb.StartRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RolloutStatus:
+        if not request.version:
+            raise InvalidArgument("version", "is empty")
+        rollout = await self.ranker.start_rollout(plan(request, self.ranker.settings))
+        return status(rollout, self.ranker)
+
+    async def GetRollout(
+        self, request: pb.GetRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RolloutStatus:
+        return status(self.ranker.rollout_control(), self.ranker)
+
+    async def PauseRollout(
+        self, request: pb.RolloutActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RolloutStatus:
+        return status(self.ranker.rollout_action("pause"), self.ranker)
+
+    async def ResumeRollout(
+        self, request: pb.RolloutActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RolloutStatus:
+        return status(self.ranker.rollout_action("resume"), self.ranker)
+
+    async def PromoteRollout(
+        self, request: pb.RolloutActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RolloutStatus:
+        return status(self.ranker.rollout_action("promote"), self.ranker)
+
+    async def AbortRollout(
+        self, request: pb.RolloutActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RolloutStatus:
+        return status(self.ranker.rollout_action("abort"), self.ranker)
+
     async def _score_columns(
         self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext
     ) -> pb.ScoreResponse:
@@ -100,6 +142,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             self._timeout(context),
             vector_version=request.user_vector_version,
         )
+        trace.get_current_span().set_attribute(attr.MODEL_VERSION, version)
         return pb.ScoreResponse(
             scores=scores.tolist(), model_version=version, unknown_item_count=unknown
         )
@@ -113,3 +156,69 @@ def f32(raw: bytes, field: str) -> np.ndarray:
     if not np.isfinite(values).all():
         raise InvalidArgument(field, "contains NaN or infinity")
     return values
+
+
+def plan(request: pb.StartRolloutRequest, settings: RankerSettings) -> Plan:
+    """The request's plan; every unset field takes the ranker's default."""
+    return Plan(
+        candidate=request.version,
+        steps_percent=list(request.steps_percent) or list(settings.rollout_steps_percent),
+        soak_s=request.soak_s or settings.rollout_soak_s,
+        min_requests=request.min_requests or settings.rollout_min_requests,
+        shadow_percent=request.shadow_percent,
+        triggers=Triggers(
+            max_p99_ms=request.max_p99_ms or settings.rollout_max_p99_ms,
+            max_error_rate=request.max_error_rate or settings.rollout_max_error_rate,
+            max_memory_fraction=request.max_memory_fraction or settings.rollout_max_memory_fraction,
+        ),
+    )
+
+
+def decision(d: Decision) -> pb.RolloutDecision:
+    return pb.RolloutDecision(
+        at_unix_s=d.at,
+        action=d.action,
+        reason=d.reason,
+        share_percent=d.share_percent,
+        figures=d.figures,
+    )
+
+
+def status(rollout: Rollout, ranker: Ranker) -> pb.RolloutStatus:
+    s = rollout.state
+    reply = pb.RolloutStatus(
+        status=s.status,
+        stable_version=s.stable,
+        candidate_version=s.candidate,
+        share_percent=s.share_percent,
+        step=s.step,
+        steps_percent=s.steps_percent,
+        soak_s=s.soak_s,
+        step_elapsed_s=rollout.clock() - s.step_started_at if s.active else 0.0,
+        min_requests=s.min_requests,
+        shadow_percent=s.shadow_percent,
+        reason=s.reason,
+        history=[decision(d) for d in s.history],
+    )
+    if rollout.last is not None and s.active:
+        last = rollout.last
+        reply.last_verdict.CopyFrom(
+            pb.RolloutDecision(
+                at_unix_s=rollout.clock(),
+                action=last.action,
+                reason=last.reason,
+                share_percent=s.share_percent,
+                figures=last.figures,
+            )
+        )
+    live = published.live_run(ranker.settings.data_dir)
+    if live is not None:
+        history = live.get("history", [])
+        reply.rescoring.CopyFrom(
+            pb.RescoringStatus(
+                run_id=live.get("run_id", ""),
+                published_at=str(live.get("published_at", "")),
+                previous_run_id=history[1] if len(history) > 1 else "",
+            )
+        )
+    return reply

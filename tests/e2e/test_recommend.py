@@ -246,17 +246,10 @@ def test_a_gateway_killed_under_load_costs_no_client_error(stack, stub):
     assert not full_answer(stub).degraded
 
 
-def component_pid(stack, marker):
-    for process in stack.descendants():
-        if marker in " ".join(process.cmdline()):
-            return process.pid
-    raise AssertionError(f"no process matching {marker}")
-
-
 @contextmanager
 def frozen(stack, marker):
     """SIGSTOP a component (a hung dependency), SIGCONT it afterwards."""
-    pid = component_pid(stack, marker)
+    pid = stack.component_pid(marker)
     os.kill(pid, signal.SIGSTOP)
     try:
         yield
@@ -439,7 +432,7 @@ def test_a_crashed_triton_is_restarted_and_full_answers_return(stack, stub):
     """The runner restarts a component that dies (Compose: restart
     unless-stopped); meanwhile the gateway answers from the fallback."""
     full_answer(stub)
-    os.kill(component_pid(stack, "bin/tritonserver"), signal.SIGKILL)
+    os.kill(stack.component_pid("bin/tritonserver"), signal.SIGKILL)
     reply = stub.Recommend(pb.RecommendRequest(user_id="42", k=10), timeout=2)
     assert len(reply.items) == 10  # an answer while Triton is away
     poll_until(

@@ -12,7 +12,8 @@ import yaml
 from prometheus_client import REGISTRY
 
 import services.features.domain
-import services.gateway.domain  # noqa: F401
+import services.gateway.domain
+import services.ranker.domain  # noqa: F401  (rollout, shadow and Triton-memory metrics)
 from recserve_kit import attributes
 from recserve_kit.server import RPC_DURATION  # noqa: F401
 from recserve_stack.triton_process import running_triton

@@ -19,8 +19,23 @@ def test_a_changed_profile_or_model_version_is_a_miss():
     assert cache.get(UserVectors.key(profile(5))) == (b"v1-vector", "v1")
     assert cache.get(UserVectors.key(profile(6))) is None  # a push changed the user
     assert cache.get(UserVectors.key(profile(5, ("3", "1", "2")))) is None
-    cache.saw_version("v2")  # the ranker moved on
+    cache.saw_version("v2")  # a rollout: users on v1 and on v2
+    assert cache.get(key) == (b"v1-vector", "v1")
+    cache.saw_version("v3")  # two versions on: v1's vectors are no use any more
     assert cache.get(key) is None
+
+
+def test_a_vector_the_ranker_scored_with_another_version_is_dropped():
+    cache = UserVectors(size=10)
+    user = profile(5)
+    key = UserVectors.key(user)
+    cache.put(key, b"stable-vector", "stable")
+    cache.saw_version("candidate", user, embedded_with="stable")  # the user moved on
+    assert cache.get(key) is None
+    other = profile(9)
+    cache.put(UserVectors.key(other), b"c", "candidate")
+    cache.saw_version("candidate", other, embedded_with="candidate")
+    assert cache.get(UserVectors.key(other)) == (b"c", "candidate")
 
 
 def test_bounded_least_recently_used_first_and_off_at_zero():

@@ -1,0 +1,120 @@
+"""`python -m recserve_stack rollout ...`: the operator's side of a model
+rollout, through Envoy with the admin token (as any admin call)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from typing import Annotated
+
+import grpc
+import typer
+from google.protobuf.message import Message
+from rich.console import Console
+from rich.table import Table
+
+from recserve.ranker.v1 import ranker_pb2 as pb
+from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve_kit.config import load_settings
+from recserve_stack.settings import StackSettings
+
+app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
+console = Console()
+
+
+def call(method: str, request: Message, settings: StackSettings | None = None) -> pb.RolloutStatus:
+    """RankerService/<method> through Envoy, as the admin (raises grpc.RpcError)."""
+    settings = settings or load_settings(StackSettings)
+    token = (settings.data_dir / "auth" / "admin.token").read_text().strip()
+    metadata = [("authorization", f"Bearer {token}")]
+    with grpc.insecure_channel(f"{settings.host}:{settings.envoy_port}") as channel:
+        stub = ranker_pb2_grpc.RankerServiceStub(channel)
+        reply: pb.RolloutStatus = getattr(stub, method)(request, metadata=metadata, timeout=120)
+    return reply
+
+
+def _call(method: str, request: Message) -> pb.RolloutStatus:
+    try:
+        return call(method, request)
+    except grpc.RpcError as exc:
+        console.print(f"[red]{exc.code().name}[/]: {exc.details()}")
+        sys.exit(1)
+
+
+def show(status: pb.RolloutStatus) -> None:
+    table = Table(title=f"rollout: {status.status}", title_justify="left", show_header=False)
+    table.add_row("stable", status.stable_version)
+    if status.candidate_version:
+        table.add_row("candidate", status.candidate_version)
+        steps = " -> ".join(
+            f"[bold]{s:g}%[/]" if n == status.step else f"{s:g}%"
+            for n, s in enumerate(status.steps_percent)
+        )
+        table.add_row("steps", steps)
+        table.add_row("on candidate now", f"{status.share_percent:g}% of users")
+        table.add_row("soak", f"{status.step_elapsed_s:.0f} / {status.soak_s:.0f} s")
+        table.add_row("shadow", f"{status.shadow_percent:g}% of stable requests")
+    if status.reason:
+        table.add_row("reason", status.reason)
+    if status.HasField("last_verdict"):
+        v = status.last_verdict
+        figures = ", ".join(f"{k}={val:.4g}" for k, val in sorted(v.figures.items()))
+        table.add_row("judge", f"{v.action}: {v.reason} ({figures})")
+    if status.rescoring.run_id:
+        r = status.rescoring
+        previous = f", rollback to {r.previous_run_id}" if r.previous_run_id else ""
+        table.add_row("nightly lists", f"{r.run_id} (published {r.published_at}{previous})")
+    console.print(table)
+    if status.history:
+        history = Table(title="decisions", title_justify="left")
+        for column in ("when (UTC)", "action", "share", "reason"):
+            history.add_column(column)
+        for d in status.history[-10:]:
+            when = datetime.fromtimestamp(d.at_unix_s, UTC).strftime("%H:%M:%S")
+            history.add_row(when, d.action, f"{d.share_percent:g}%", d.reason)
+        console.print(history)
+
+
+@app.command()
+def start(
+    version: Annotated[str, typer.Argument(help="Artifact version in the Triton repository.")],
+    steps: Annotated[str, typer.Option(help="Comma-separated percents; default 5,25,50,100.")] = "",
+    soak_s: Annotated[float, typer.Option(min=0, help="Per step; 0: the ranker's 60 s.")] = 0,
+    min_requests: Annotated[int, typer.Option(min=0, help="Per step; 0: the ranker's 50.")] = 0,
+    shadow_percent: Annotated[float, typer.Option(min=0, max=100)] = 0,
+    max_p99_ms: Annotated[float, typer.Option(min=0, help="0: 150 ms.")] = 0,
+    max_error_rate: Annotated[float, typer.Option(min=0, max=1, help="0: 0.005.")] = 0,
+    max_memory_fraction: Annotated[float, typer.Option(min=0, max=1, help="0: 0.85.")] = 0,
+) -> None:
+    """Start moving users to VERSION."""
+    request = pb.StartRolloutRequest(
+        version=version,
+        steps_percent=[float(s) for s in steps.split(",") if s.strip()],
+        soak_s=soak_s,
+        min_requests=min_requests,
+        shadow_percent=shadow_percent,
+        max_p99_ms=max_p99_ms,
+        max_error_rate=max_error_rate,
+        max_memory_fraction=max_memory_fraction,
+    )
+    show(_call("StartRollout", request))
+
+
+@app.command()
+def status() -> None:
+    """Where the rollout stands, the judge's last look, the nightly lists."""
+    show(_call("GetRollout", pb.GetRolloutRequest()))
+
+
+def _action(name: str, doc: str) -> None:
+    def command() -> None:
+        show(_call(f"{name.capitalize()}Rollout", pb.RolloutActionRequest()))
+
+    command.__doc__ = doc
+    app.command(name)(command)
+
+
+_action("pause", "Hold the current step (rollback triggers still apply).")
+_action("resume", "Continue a paused rollout (its step's soak starts over).")
+_action("promote", "The next step now; past the last, the candidate becomes stable.")
+_action("abort", "Every user back on the stable version.")

@@ -1,0 +1,298 @@
+"""Issue 17 rehearsed on the real stack (Envoy, gateways, ranker, Triton):
+a good version rolled out 5% -> 100%, a slow one and a NaN one rolled back
+by the judge, shadow scoring, and a ranker restarted mid-rollout. Clients
+call Recommend through Envoy the whole time; none may see an error.
+
+Its own stack and data dir: new Triton versions are published into it."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from pipelines.triton_repo import PYTHON_MODEL, publish_copy
+from recserve.ranker.v1 import ranker_pb2 as kpb
+from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve.recommend.v1 import recommend_pb2 as pb
+from recserve.recommend.v1 import recommend_pb2_grpc
+from services.ranker.rollout import user_position
+from tests.helpers import full_answer, poll_until
+from tests.stack import running_stack
+
+# Appended to the served python model: the test's bad versions.
+SLOW = """
+import time as _time
+_execute = TritonPythonModel.execute
+def _slow(self, requests):
+    _time.sleep(0.2)  # issue 17: "a model that sleeps 200 ms per execution"
+    return _execute(self, requests)
+TritonPythonModel.execute = _slow
+"""
+NAN = """
+_execute = TritonPythonModel.execute
+def _nan(self, requests):
+    out = []
+    for response in _execute(self, requests):
+        score = pb_utils.get_output_tensor_by_name(response, "score").as_numpy()
+        tensor = pb_utils.Tensor("score", np.full_like(score, np.nan))
+        out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
+    return out
+TritonPythonModel.execute = _nan
+"""
+
+
+@pytest.fixture(scope="module")
+def stack(built, tmp_path_factory):
+    """A stack whose Triton repository and artifact folder can take versions."""
+    data_dir = tmp_path_factory.mktemp("delivery") / "data"
+    (data_dir / "artifacts").mkdir(parents=True)
+    source = built.directory.parents[1]
+    for entry in (source / "artifacts").iterdir():
+        target = data_dir / "artifacts" / entry.name
+        if entry.is_dir():
+            target.symlink_to(entry.resolve(), target_is_directory=True)
+        else:
+            shutil.copy2(entry, target)
+    shutil.copytree(source / "triton" / "repository", data_dir / "triton" / "repository")
+    (data_dir / "raw").symlink_to(source / "raw", target_is_directory=True)
+    with running_stack(data_dir) as running:
+        yield running
+
+
+def publish_variant(stack, built, suffix: str, patch: str = "") -> str:
+    """The built artifact again as version ``<v>-<suffix>``, its ranking
+    model's python code patched with ``patch``."""
+    version = f"{built.version}-{suffix}"
+    numbers = publish_copy(stack.data_dir, built.version, version)
+    if patch:
+        model = stack.data_dir / "triton" / "repository" / "ranker" / str(numbers["ranker"])
+        (model / "model.py").write_text(PYTHON_MODEL.read_text() + patch)
+    return version
+
+
+@dataclass
+class Load:
+    """Recommend through Envoy in a loop over users 1-943, recording what
+    each answer says, until stopped."""
+
+    address: str
+    threads: int = 2
+    answers: list[tuple[str, str, bool]] = field(default_factory=list)  # user, version, degraded
+    errors: list[str] = field(default_factory=list)
+    non_finite: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> Load:
+        self.workers = [
+            threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(self.threads)
+        ]
+        for worker in self.workers:
+            worker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for worker in self.workers:
+            worker.join(30)
+
+    def _run(self, offset: int) -> None:
+        with grpc.insecure_channel(self.address) as channel:
+            stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+            n = offset
+            while not self.stop.is_set():
+                user = str(n % 943 + 1)
+                n += self.threads
+                try:
+                    reply = stub.Recommend(pb.RecommendRequest(user_id=user, k=10), timeout=5)
+                except grpc.RpcError as exc:
+                    self.errors.append(f"{exc.code().name}: {exc.details()}")
+                    continue
+                if any(not math.isfinite(item.score) for item in reply.items):
+                    self.non_finite += 1
+                self.answers.append((user, reply.model_version, reply.degraded))
+
+    def versions_by_user(self) -> dict[str, list[str]]:
+        seen: dict[str, list[str]] = defaultdict(list)
+        for user, version, degraded in list(self.answers):
+            if not degraded:
+                seen[user].append(version)
+        return seen
+
+
+@pytest.fixture(scope="module")
+def admin(stack):
+    token = (stack.data_dir / "auth" / "admin.token").read_text().strip()
+    channel = grpc.insecure_channel(stack.envoy_address)
+    stub = ranker_pb2_grpc.RankerServiceStub(channel)
+    metadata = [("authorization", f"Bearer {token}")]
+
+    def call(method: str, request=None):
+        request = request if request is not None else kpb.RolloutActionRequest()
+        if method == "GetRollout":
+            request = kpb.GetRolloutRequest()
+        return getattr(stub, method)(request, metadata=metadata, timeout=120)
+
+    yield call
+    channel.close()
+
+
+def wait_status(admin, wanted: set[str], timeout_s: float = 180) -> kpb.RolloutStatus:
+    def reached():
+        status = admin("GetRollout")
+        return status if status.status in wanted else None
+
+    return poll_until(reached, timeout_s, 0.5, f"the rollout to be {wanted}")
+
+
+def ids(reply: pb.RecommendResponse) -> list[str]:
+    return [item.item_id for item in reply.items]
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    prefix = f"{name}{{{labels}}} " if labels else f"{name} "
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_a_good_version_goes_to_everyone_each_user_on_one_version(stack, admin, built):
+    stub = recommend_pb2_grpc.RecommendServiceStub(grpc.insecure_channel(stack.envoy_address))
+    before = admin("GetRollout").stable_version
+    # Users that stay on the stable version at 5%: answers the shadow must not change.
+    steady = [u for u in map(str, range(1, 200)) if user_position(u) >= 5][:5]
+    expected = {u: ids(full_answer(stub, u)) for u in steady}
+    good = publish_variant(stack, built, "good")
+    with Load(stack.envoy_address) as load:
+        status = admin(
+            "StartRollout",
+            kpb.StartRolloutRequest(
+                version=good,
+                steps_percent=[5, 25, 50, 100],
+                soak_s=3,
+                min_requests=10,
+                shadow_percent=50,
+            ),
+        )
+        assert status.status == "running" and status.share_percent == 5
+        assert {u: ids(full_answer(stub, u)) for u in steady} == expected
+        done = wait_status(admin, {"promoted", "rolled_back"})
+    assert done.status == "promoted", done
+    assert done.stable_version == good
+    assert [d.action for d in done.history[-5:]] == ["start"] + ["promote"] * 4
+    assert load.errors == []
+    # Both versions answered while it rolled out, and no user went back.
+    seen = load.versions_by_user()
+    assert {v for versions in seen.values() for v in versions} == {before, good}
+    for user, versions in seen.items():
+        moved = versions.index(good) if good in versions else len(versions)
+        assert set(versions[:moved]) <= {before} and set(versions[moved:]) <= {good}, user
+    metrics = stack.metrics("ranker")
+    assert metric(metrics, "recserve_ranker_shadow_total", 'outcome="compared"') > 0
+    assert metric(metrics, "recserve_ranker_shadow_topk_overlap_count") > 0
+    assert full_answer(stub, "42").model_version == good
+
+
+def test_a_slow_version_is_rolled_back_by_the_judge(stack, admin, built):
+    slow = publish_variant(stack, built, "slow", SLOW)
+    with Load(stack.envoy_address) as load:
+        admin(
+            "StartRollout",
+            kpb.StartRolloutRequest(version=slow, soak_s=600, min_requests=20, shadow_percent=50),
+        )
+        done = wait_status(admin, {"rolled_back", "promoted"})
+    assert done.status == "rolled_back", done
+    assert "ms" in done.reason and ("median" in done.reason or "p99" in done.reason)
+    rollback = done.history[-1]
+    assert rollback.action == "rollback" and rollback.figures["p50_ms"] > 150
+    assert load.errors == []
+    assert done.stable_version != slow
+    metrics = stack.metrics("ranker")
+    assert metric(metrics, "recserve_ranker_rollout_decisions_total", 'action="rollback"') >= 1
+
+
+def test_a_nan_version_is_rolled_back_and_no_nan_is_served(stack, admin, built):
+    broken = publish_variant(stack, built, "nan", NAN)
+    with Load(stack.envoy_address) as load:
+        admin(
+            "StartRollout",
+            kpb.StartRolloutRequest(version=broken, soak_s=600, min_requests=20, shadow_percent=50),
+        )
+        done = wait_status(admin, {"rolled_back", "promoted"})
+    assert done.status == "rolled_back", done
+    assert done.reason.startswith("error rate")
+    assert load.errors == [] and load.non_finite == 0
+    # The candidate's requests were answered by the stable version.
+    assert broken not in {version for _, version, _ in load.answers}
+    metrics = stack.metrics("ranker")
+    errors = f'kind="non_finite",version="{broken}"'
+    assert metric(metrics, "recserve_ranker_version_errors_total", errors) >= 5, [
+        line for line in metrics.splitlines() if "version_errors" in line
+    ]
+
+
+def test_a_ranker_restarted_mid_rollout_resumes_at_its_step(stack, admin, built):
+    again = publish_variant(stack, built, "again")
+    stable = admin("GetRollout").stable_version
+    admin("StartRollout", kpb.StartRolloutRequest(version=again, soak_s=600, min_requests=1))
+    promoted = admin("PromoteRollout")
+    assert promoted.share_percent == 25
+    ranker = stack.component_pid("services.ranker")
+    os.kill(ranker, signal.SIGKILL)
+
+    def resumed():
+        try:
+            status = admin("GetRollout")
+        except grpc.RpcError:
+            return None  # the runner is restarting it
+        last = status.history[-1].action if status.history else ""
+        return status if last == "resume-after-restart" else None
+
+    status = poll_until(resumed, 120, 0.5, "the restarted ranker to resume the rollout")
+    assert stack.component_pid("services.ranker") != ranker
+    assert status.status == "running" and status.share_percent == 25
+    assert status.candidate_version == again and status.stable_version == stable
+    stub = recommend_pb2_grpc.RecommendServiceStub(grpc.insecure_channel(stack.envoy_address))
+    on_candidate = next(u for u in map(str, range(1, 944)) if user_position(u) < 25)
+    assert full_answer(stub, on_candidate).model_version == again
+    aborted = admin("AbortRollout")
+    assert aborted.status == "aborted" and aborted.share_percent == 0
+    assert full_answer(stub, on_candidate).model_version == stable
+
+
+def test_rollout_calls_need_the_admin_token_and_bad_plans_are_refused(stack, admin):
+    stub = ranker_pb2_grpc.RankerServiceStub(grpc.insecure_channel(stack.envoy_address))
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.GetRollout(kpb.GetRolloutRequest(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.RpcError) as bad:
+        admin("StartRollout", kpb.StartRolloutRequest(version="x", steps_percent=[50, 10]))
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as unknown:
+        admin("StartRollout", kpb.StartRolloutRequest(version="no-such-version"))
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    assert admin("GetRollout").status in {"aborted", "promoted", "rolled_back"}
+
+
+def test_the_operator_cli_shows_the_rollout(stack):
+    import subprocess
+    import sys
+
+    env = {**stack.env}
+    result = subprocess.run(
+        [sys.executable, "-m", "recserve_stack", "rollout", "status"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert result.returncode == 0, result.stderr
+    assert "rollout:" in result.stdout and "stable" in result.stdout
+    assert "decisions" in result.stdout
