@@ -64,7 +64,7 @@ def run(
                 result = run_cpu(target, rate, duration)
             finally:
                 if mode == "on":
-                    call("AbortRollout", pb.RolloutActionRequest(), settings)
+                    call("AbortRollout", pb.AbortRolloutRequest(), settings)
             result["shadows_compared"] = _shadows_compared(settings) - compared
             results[mode].append(result)
     return {"candidate": candidate, "shadow_percent": percent, **summary(results)}
@@ -93,9 +93,22 @@ def figures(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 def summary(results: dict[str, list[dict[str, Any]]]) -> dict[str, object]:
     on, off = figures(results["on"]), figures(results["off"])
+
+    def paired(key: str, part: str = "") -> float:
+        """Median of (on - off) over the rounds run side by side."""
+
+        def value(r: dict[str, Any]) -> float:
+            return float(r[part][key] if part else r[key])
+
+        pairs = zip(results["on"], results["off"], strict=True)
+        return _median([value(a) - value(b) for a, b in pairs])
+
     return {
         "off": off,
         "on": on,
+        "paired_cpu_ms_delta": paired("total_cpu_ms_per_request"),
+        "paired_p50_ms_delta": paired("p50_ms", "latency"),
+        "paired_p99_ms_delta": paired("p99_ms", "latency"),
         "cpu_ratio_on_over_off": round(on["cpu_ms_per_request"] / off["cpu_ms_per_request"], 3),
         "p99_ratio_on_over_off": round(on["p99_ms"] / off["p99_ms"], 3),
         "rounds": results,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -88,22 +89,30 @@ PORT_NAMES = [
 ]
 
 
-def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
+def stack_env(
+    data_dir: Path, canary: dict[str, str] | None = None, **overrides: str
+) -> dict[str, str]:
     # One block of consecutive free ports: the named ones, the second
-    # gateway's, then the five metrics ports (the runner counts them up from
-    # a base, so they must be free as a run, not one by one).
-    base = free_port_block(len(PORT_NAMES) + 1 + 5)
+    # gateway's, a canary gateway's, then six metrics ports (the runner
+    # counts them up from a base, so they must be free as a run).
+    base = free_port_block(len(PORT_NAMES) + 2 + 6)
     env = {**os.environ, "RECSERVE_STACK_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
     for offset, name in enumerate(PORT_NAMES):
         env[f"RECSERVE_STACK_{name.upper()}_PORT"] = str(base + offset)
     env["RECSERVE_STACK_GATEWAY_EXTRA_PORTS"] = f"[{base + len(PORT_NAMES)}]"  # a second gateway
-    env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(base + len(PORT_NAMES) + 1)
+    if canary is not None:
+        # A canary gateway build: the stable one's environment plus ``canary``.
+        env["RECSERVE_STACK_GATEWAY_CANARY_PORT"] = str(base + len(PORT_NAMES) + 1)
+        env["RECSERVE_STACK_GATEWAY_CANARY_ENV"] = json.dumps(canary)
+    env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(base + len(PORT_NAMES) + 2)
     env.update(overrides)
     return env
 
 
-def start_stack(data_dir: Path, **overrides: str) -> RunningStack:
-    env = stack_env(data_dir, **overrides)
+def start_stack(
+    data_dir: Path, canary: dict[str, str] | None = None, **overrides: str
+) -> RunningStack:
+    env = stack_env(data_dir, canary, **overrides)
     process = subprocess.Popen(
         [sys.executable, "-m", "recserve_stack", "up"],
         cwd=ROOT,
@@ -139,8 +148,10 @@ def stop_stack(stack: RunningStack, timeout_s: float = 60) -> int:
 
 
 @contextmanager
-def running_stack(data_dir: Path, **overrides: str) -> Iterator[RunningStack]:
-    stack = start_stack(data_dir, **overrides)
+def running_stack(
+    data_dir: Path, canary: dict[str, str] | None = None, **overrides: str
+) -> Iterator[RunningStack]:
+    stack = start_stack(data_dir, canary, **overrides)
     try:
         wait_ready(stack)
         yield stack

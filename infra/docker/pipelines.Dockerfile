@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # The init and batch image: builds the artifacts, publishes them (Feast +
 # Redis, the Qdrant collection, the Triton repository, fallback lists, admin
 # keys) into the shared volume, and runs the nightly Spark re-scoring.

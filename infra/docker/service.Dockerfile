@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # One slim image per service, built from the repository root:
 #   docker build -f infra/docker/service.Dockerfile --build-arg SERVICE=gateway -t recserve/gateway .
 # SERVICE is gateway, features, retriever or ranker. Each image installs only

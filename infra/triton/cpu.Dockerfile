@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Triton for CPU hosts: the tritonserver binary from the nvidia-pytriton
 # wheel with only the Python backend, which runs our ONNX models in ONNX
 # Runtime (infra/triton/onnx_model.py): the same server and repository as the

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # Triton for GPU hosts, lean: the -min image plus only what our repository
 # uses (the server and the onnxruntime backend, which also runs TensorRT as
 # its execution provider). The full NGC image carries every backend

@@ -1,13 +1,16 @@
-"""The ranker's model rollout, persisted: ``<data_dir>/rollout/ranker.json``.
+"""A rollout's state, persisted, and the judge that decides its steps.
 
-Written by the ranker (every step, decision and operator action, atomically)
-and read back when it restarts, so a rollout survives one; read by the Triton
-repository's publisher, which never deletes a version a rollout uses.
+``<data_dir>/rollout/ranker.json``: the ranker's model rollout, written at
+every step, decision and operator action (atomically) and read back when the
+ranker restarts; read by the Triton repository's publisher, which never
+deletes a version a rollout uses. ``gateway.json``: the service canary at
+Envoy (recserve_stack.service_canary). Both are judged by ``judge``.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -65,14 +68,14 @@ class RolloutStateError(RuntimeError):
     pass
 
 
-def path(data_dir: Path) -> Path:
-    return data_dir / "rollout" / "ranker.json"
+def path(data_dir: Path, name: str = "ranker") -> Path:
+    return data_dir / "rollout" / f"{name}.json"
 
 
-def load(data_dir: Path) -> RolloutState | None:
+def load(data_dir: Path, name: str = "ranker") -> RolloutState | None:
     """The persisted state, None if there is none; a damaged file is an error
     (silently starting over could serve a version an operator rolled back)."""
-    file = path(data_dir)
+    file = path(data_dir, name)
     if not file.exists():
         return None
     try:
@@ -81,8 +84,8 @@ def load(data_dir: Path) -> RolloutState | None:
         raise RolloutStateError(f"{file}: unreadable rollout state: {exc}") from None
 
 
-def save(data_dir: Path, state: RolloutState) -> None:
-    file = path(data_dir)
+def save(data_dir: Path, state: RolloutState, name: str = "ranker") -> None:
+    file = path(data_dir, name)
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
     tmp.write_text(state.model_dump_json(indent=2))
@@ -98,3 +101,78 @@ def protected_versions(data_dir: Path) -> set[str]:
     if state is None:
         return set()
     return {v for v in (state.stable, state.candidate if state.active else "") if v}
+
+
+# -- the judge -------------------------------------------------------------------
+
+MIN_ERRORS = 5  # errors that judge a rate before min_requests (a broken version)
+MIN_SLOW = 10  # timed requests whose median alone can judge latency (a slow version)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The candidate's figures since its step began."""
+
+    requests: int
+    errors: int
+    p50_ms: float
+    p99_ms: float
+    timed: int  # requests with a latency (the successful ones)
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Literal["promote", "hold", "rollback"]
+    reason: str
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+def judge(
+    state: RolloutState, figures: Figures, memory_fraction: float | None, now: float
+) -> Verdict:
+    """The decision for the candidate's current step (a pure function)."""
+    t = state.triggers
+    elapsed = now - state.step_started_at
+    seen = {
+        "requests": float(figures.requests),
+        "errors": float(figures.errors),
+        "error_rate": figures.error_rate,
+        "p50_ms": figures.p50_ms,
+        "p99_ms": figures.p99_ms,
+        "step_elapsed_s": round(elapsed, 3),
+    }
+    if memory_fraction is not None:
+        seen["memory_fraction"] = memory_fraction
+        if memory_fraction > t.max_memory_fraction:
+            return Verdict(
+                "rollback",
+                f"memory {memory_fraction:.1%} > {t.max_memory_fraction:.1%}",
+                seen,
+            )
+    enough = figures.requests >= state.min_requests
+    rate = figures.error_rate
+    if rate > t.max_error_rate and (enough or figures.errors >= MIN_ERRORS):
+        return Verdict(
+            "rollback",
+            f"error rate {rate:.2%} ({figures.errors}/{figures.requests}) > {t.max_error_rate:.2%}",
+            seen,
+        )
+    if enough and figures.p99_ms > t.max_p99_ms:
+        return Verdict("rollback", f"p99 {figures.p99_ms:.0f} ms > {t.max_p99_ms:.0f} ms", seen)
+    if figures.timed >= MIN_SLOW and figures.p50_ms > t.max_p99_ms:
+        return Verdict(
+            "rollback",
+            f"median {figures.p50_ms:.0f} ms > the p99 limit {t.max_p99_ms:.0f} ms",
+            seen,
+        )
+    if state.status == "paused":
+        return Verdict("hold", "paused by the operator", seen)
+    if not enough:
+        return Verdict("hold", f"{figures.requests}/{state.min_requests} requests", seen)
+    if elapsed < state.soak_s:
+        return Verdict("hold", f"soaking {elapsed:.0f}/{state.soak_s:.0f} s", seen)
+    return Verdict("promote", "soaked with every figure inside its limit", seen)

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from recserve_kit.config import load_settings
 from recserve_stack import auth, envoy, pki
+from recserve_stack.canary_cli import app as canary_app
 from recserve_stack.components import stack_components
 from recserve_stack.rollout_cli import app as rollout_app
 from recserve_stack.runner import Component, ComponentFailed, Runner
@@ -22,6 +23,7 @@ from recserve_stack.settings import StackSettings
 
 app = typer.Typer(add_completion=False, help=__doc__)
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(canary_app, name="canary")
 console = Console(stderr=True)
 
 # Called once the stack is ready (make run prints sample recommendations).

@@ -58,25 +58,38 @@ def service_component(settings: StackSettings, name: str, env: dict[str, str]) -
     )
 
 
-def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
-    """The extra gateways: same settings, their own gRPC and metrics ports."""
-    replicas = []
-    for n, port in enumerate(settings.gateway_extra_ports, start=2):
-        address = f"{settings.host}:{port}"
-        replica_env = {
+def gateway_process(
+    settings: StackSettings, name: str, port: int, replica: int, env: dict[str, str]
+) -> Component:
+    """One more gateway: same settings, its own gRPC and metrics ports."""
+    address = f"{settings.host}:{port}"
+    return Component(
+        name=name,
+        argv=[str(settings.python), "-u", "-m", "services.gateway"],
+        ready=functools.partial(grpc_serving, address, tls=operator_tls(settings)),
+        env={
             **env,
             "RECSERVE_GATEWAY_PORT": str(port),
-            "RECSERVE_GATEWAY_METRICS_PORT": str(settings.metrics_port("gateway", n - 1)),
-        }
+            "RECSERVE_GATEWAY_METRICS_PORT": str(settings.metrics_port("gateway", replica)),
+        },
+        cwd=ROOT,
+        address=address,
+        after=AFTER["gateway"],
+    )
+
+
+def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
+    """The extra gateways, then the canary build's gateway when one is set."""
+    replicas = [
+        gateway_process(settings, f"gateway-{n}", port, n - 1, env)
+        for n, port in enumerate(settings.gateway_extra_ports, start=2)
+    ]
+    if settings.gateway_canary_port:
+        replica = len(settings.gateway_extra_ports) + 1
+        canary_env = {**env, **settings.gateway_canary_env}
         replicas.append(
-            Component(
-                name=f"gateway-{n}",
-                argv=[str(settings.python), "-u", "-m", "services.gateway"],
-                ready=functools.partial(grpc_serving, address, tls=operator_tls(settings)),
-                env=replica_env,
-                cwd=ROOT,
-                address=address,
-                after=AFTER["gateway"],
+            gateway_process(
+                settings, "gateway-canary", settings.gateway_canary_port, replica, canary_env
             )
         )
     return replicas
@@ -93,6 +106,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
         env["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
         env["OTEL_TRACES_SAMPLER_ARG"] = str(settings.trace_sample_ratio)
     envoy_admin = f"http://{settings.host}:{settings.envoy_admin_port}"
+    replicas = gateway_replicas(settings, env)
     components = [
         Component(
             name="triton",
@@ -107,7 +121,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             address=f"{settings.host}:{settings.triton_grpc_port}",
         ),
         *(service_component(settings, name, env) for name in SERVICES),
-        *gateway_replicas(settings, env),
+        *replicas,
         Component(
             name="envoy",
             argv=[
@@ -121,7 +135,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             ],
             ready=functools.partial(http_ok, f"{envoy_admin}/ready"),
             address=f"{settings.host}:{settings.envoy_port}",
-            after=("gateway", *(f"gateway-{n}" for n in range(2, len(settings.gateway_ports) + 1))),
+            after=("gateway", *(c.name for c in replicas)),
         ),
     ]
     return components

@@ -63,4 +63,6 @@ async def show(settings: StackSettings) -> None:
         "recserve.retriever.v1.RetrieverService/DeleteItems\n"
         "  nightly re-scoring on Spark, in another terminal (users' own fallback lists):\n"
         f"  .venv/bin/python -m pipelines rescore run --data-dir {settings.data_dir}\n"
+        "  model rollouts (canary by user, judged, rolled back by themselves):\n"
+        "  .venv/bin/python -m recserve_stack rollout status\n"
     )

@@ -114,6 +114,10 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
         "listen_host": settings.host,
         "listen_port": settings.envoy_port,
         "gateway_endpoints": endpoints(settings.host, settings.gateway_ports),
+        # No canary process: the cluster points at the gateway, weight 0.
+        "gateway_canary_endpoints": endpoints(
+            settings.host, [settings.gateway_canary_port or settings.gateway_port]
+        ),
         "features_host": settings.host,
         "features_port": settings.features_port,
         "retriever_host": settings.host,
@@ -153,6 +157,8 @@ def render_compose(settings: StackSettings | None = None) -> str:
         **{f"{name}_host": name for name in ("features", "retriever", "ranker")},
         # One name: Compose's DNS answers every replica's address (STRICT_DNS).
         "gateway_endpoints": endpoints("gateway", [settings.gateway_port]),
+        # The `canary` profile's service (compose.yaml).
+        "gateway_canary_endpoints": endpoints("gateway-canary", [settings.gateway_port]),
         "descriptor_set": "/etc/envoy/recserve.pb",
         "jwks_path": "/data/auth/jwks.json",
         **upstream_tls("/data/tls"),

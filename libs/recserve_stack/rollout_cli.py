@@ -29,8 +29,9 @@ def call(method: str, request: Message, settings: StackSettings | None = None) -
     metadata = [("authorization", f"Bearer {token}")]
     with grpc.insecure_channel(f"{settings.host}:{settings.envoy_port}") as channel:
         stub = ranker_pb2_grpc.RankerServiceStub(channel)
-        reply: pb.RolloutStatus = getattr(stub, method)(request, metadata=metadata, timeout=120)
-    return reply
+        reply = getattr(stub, method)(request, metadata=metadata, timeout=120)
+    status: pb.RolloutStatus = reply.status
+    return status
 
 
 def _call(method: str, request: Message) -> pb.RolloutStatus:
@@ -44,7 +45,8 @@ def _call(method: str, request: Message) -> pb.RolloutStatus:
 def show(status: pb.RolloutStatus) -> None:
     table = Table(title=f"rollout: {status.status}", title_justify="left", show_header=False)
     table.add_row("stable", status.stable_version)
-    if status.candidate_version:
+    active = status.status in ("running", "paused")
+    if active:
         table.add_row("candidate", status.candidate_version)
         steps = " -> ".join(
             f"[bold]{s:g}%[/]" if n == status.step else f"{s:g}%"
@@ -54,6 +56,8 @@ def show(status: pb.RolloutStatus) -> None:
         table.add_row("on candidate now", f"{status.share_percent:g}% of users")
         table.add_row("soak", f"{status.step_elapsed_s:.0f} / {status.soak_s:.0f} s")
         table.add_row("shadow", f"{status.shadow_percent:g}% of stable requests")
+    elif status.candidate_version:
+        table.add_row("last candidate", status.candidate_version)
     if status.reason:
         table.add_row("reason", status.reason)
     if status.HasField("last_verdict"):
@@ -108,7 +112,8 @@ def status() -> None:
 
 def _action(name: str, doc: str) -> None:
     def command() -> None:
-        show(_call(f"{name.capitalize()}Rollout", pb.RolloutActionRequest()))
+        method = f"{name.capitalize()}Rollout"
+        show(_call(method, getattr(pb, f"{method}Request")()))
 
     command.__doc__ = doc
     app.command(name)(command)

@@ -36,6 +36,18 @@ class StackSettings(BaseSettings):
     # under 520/s of overload (two bounds admit twice the work), so there one
     # gateway runs unless asked (docs/benchmarks.md, "Chaos under load").
     gateway_extra_ports: list[int] = Field(default_factory=lambda: default_extra_gateways())
+    gateway_canary_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="A canary gateway process on this port (0: none), Envoy's gateway_canary "
+        "cluster; driven by `python -m recserve_stack canary`.",
+    )
+    gateway_canary_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment of the canary gateway over the others' (what its build "
+        'changes), as JSON: {"RECSERVE_GATEWAY_STAGE_DELAY_MS": "200"}.',
+    )
     features_port: int = Field(50052, ge=1, le=65535)
     retriever_port: int = Field(50053, ge=1, le=65535)
     ranker_port: int = Field(50054, ge=1, le=65535)

@@ -22,6 +22,8 @@ from feast.types import Array, Float32, Int64, String
 from feast.value_type import ValueType
 from recserve_model import published
 
+from services.features.config import redis_connection
+
 PROJECT = "recserve"
 USER_PUSH_SOURCE = "user_activity_push"
 ITEM_PUSH_SOURCE = "item_stats_push"
@@ -135,7 +137,7 @@ def recommendation_view(slot: str, slots_dir: Path) -> FeatureView:
 def repo_config(feast_dir: Path, redis_url: str = "") -> RepoConfig:
     online: dict[str, object]
     if redis_url:
-        online = {"type": "redis", "connection_string": redis_url}
+        online = {"type": "redis", "connection_string": redis_connection(redis_url)}
     else:
         online = {"type": "sqlite", "path": str(feast_dir / "online.db")}
     return RepoConfig(

@@ -18,21 +18,18 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from hdrh.histogram import HdrHistogram
 from prometheus_client import Counter, Gauge, Histogram
 from recserve_model import rollout_state
-from recserve_model.rollout_state import Decision, RolloutState, Triggers
+from recserve_model.rollout_state import Figures, RolloutState, Triggers, Verdict, judge
 
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
 
 log = logging.getLogger(__name__)
 
-MIN_ERRORS = 5  # errors that judge a rate before min_requests (a broken version)
-MIN_SLOW = 10  # requests whose median alone can judge latency (a slow version)
 HOLD_LOG_S = 10.0
 
 SHARE = Gauge("recserve_ranker_rollout_share_percent", "Users on the candidate version.")
@@ -86,66 +83,14 @@ class VersionWindow:
             return 0.0
         return float(self.latency_us.get_value_at_percentile(p)) / 1000.0
 
-    @property
-    def error_rate(self) -> float:
-        return self.errors / self.requests if self.requests else 0.0
-
-
-@dataclass(frozen=True)
-class Verdict:
-    action: Literal["promote", "hold", "rollback"]
-    reason: str
-    figures: dict[str, float] = field(default_factory=dict)
-
-
-def judge(
-    state: RolloutState, window: VersionWindow, memory_fraction: float | None, now: float
-) -> Verdict:
-    """The decision for the candidate's current step (a pure function)."""
-    t = state.triggers
-    elapsed = now - state.step_started_at
-    figures = {
-        "requests": float(window.requests),
-        "errors": float(window.errors),
-        "error_rate": window.error_rate,
-        "p50_ms": window.percentile_ms(50),
-        "p99_ms": window.percentile_ms(99),
-        "step_elapsed_s": round(elapsed, 3),
-    }
-    if memory_fraction is not None:
-        figures["memory_fraction"] = memory_fraction
-        if memory_fraction > t.max_memory_fraction:
-            return Verdict(
-                "rollback",
-                f"Triton memory {memory_fraction:.1%} > {t.max_memory_fraction:.1%}",
-                figures,
-            )
-    enough = window.requests >= state.min_requests
-    if window.error_rate > t.max_error_rate and (enough or window.errors >= MIN_ERRORS):
-        return Verdict(
-            "rollback",
-            f"error rate {window.error_rate:.2%} ({window.errors}/{window.requests}) "
-            f"> {t.max_error_rate:.2%}",
-            figures,
+    def figures(self) -> Figures:
+        return Figures(
+            self.requests,
+            self.errors,
+            self.percentile_ms(50),
+            self.percentile_ms(99),
+            self.latency_us.get_total_count(),
         )
-    latency_count = window.latency_us.get_total_count()
-    if enough and figures["p99_ms"] > t.max_p99_ms:
-        return Verdict(
-            "rollback", f"p99 {figures['p99_ms']:.0f} ms > {t.max_p99_ms:.0f} ms", figures
-        )
-    if latency_count >= MIN_SLOW and figures["p50_ms"] > t.max_p99_ms:
-        return Verdict(
-            "rollback",
-            f"median {figures['p50_ms']:.0f} ms > the p99 limit {t.max_p99_ms:.0f} ms",
-            figures,
-        )
-    if state.status == "paused":
-        return Verdict("hold", "paused by the operator", figures)
-    if not enough:
-        return Verdict("hold", f"{window.requests}/{state.min_requests} requests", figures)
-    if elapsed < state.soak_s:
-        return Verdict("hold", f"soaking {elapsed:.0f}/{state.soak_s:.0f} s", figures)
-    return Verdict("promote", "soaked with every figure inside its limit", figures)
 
 
 @dataclass(frozen=True)
@@ -170,10 +115,17 @@ class Plan:
 class Rollout:
     """The state machine; the ranker applies what it decides (version pins)."""
 
-    def __init__(self, data_dir: Path, stable: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        stable: str,
+        clock: Callable[[], float] = time.time,
+        name: str = "ranker",
+    ) -> None:
         self.data_dir = data_dir
         self.clock = clock
-        self.state = rollout_state.load(data_dir) or RolloutState(stable=stable)
+        self.name = name  # the state file: <data_dir>/rollout/<name>.json
+        self.state = rollout_state.load(data_dir, name) or RolloutState(stable=stable)
         self.windows: dict[str, VersionWindow] = {}
         self.last: Verdict | None = None
         self._last_hold_log = 0.0
@@ -266,23 +218,27 @@ class Rollout:
 
     def rollback(self, reason: str, figures: dict[str, float] | None = None) -> None:
         self._require("running", "paused")
+        share = self.state.share_percent
         self.state.status = "rolled_back"
         self.state.reason = reason
-        self._decide("rollback", reason, figures)
+        self._decide("rollback", reason, figures, share)
 
     def abort(self) -> None:
         self._require("running", "paused")
+        share = self.state.share_percent
         self.state.status = "aborted"
         self.state.reason = "by the operator"
-        self._decide("abort", "by the operator")
+        self._decide("abort", "by the operator", share=share)
 
-    def tick(self, memory_fraction: float | None) -> Verdict | None:
-        """The judge's look; applies a promotion or a rollback."""
+    def tick(self, memory_fraction: float | None, figures: Figures | None = None) -> Verdict | None:
+        """The judge's look on the candidate's figures (this process's own
+        unless given); applies a promotion or a rollback."""
         s = self.state
         if not s.active:
             return None
-        window = self.windows.setdefault(s.candidate, VersionWindow())
-        verdict = judge(s, window, memory_fraction, self.clock())
+        if figures is None:
+            figures = self.windows.setdefault(s.candidate, VersionWindow()).figures()
+        verdict = judge(s, figures, memory_fraction, self.clock())
         self.last = verdict
         for name, value in verdict.figures.items():
             CANDIDATE.labels(name).set(value)
@@ -312,14 +268,23 @@ class Rollout:
     def _new_step(self) -> None:
         self.state.step_started_at = self.clock()
         self.windows = {}
+        self.last = None
 
-    def _decide(self, action: str, reason: str, figures: dict[str, float] | None = None) -> None:
+    def _decide(
+        self,
+        action: str,
+        reason: str,
+        figures: dict[str, float] | None = None,
+        share: float | None = None,
+    ) -> None:
+        """Records a transition; ``share``: the share it was taken at, when the
+        transition ended the rollout (the state's is then 0)."""
         s = self.state
-        decision = Decision(
+        decision = rollout_state.Decision(
             at=self.clock(),
             action=action,
             reason=reason,
-            share_percent=s.share_percent,
+            share_percent=s.share_percent if share is None else share,
             figures=figures or {},
         )
         s.record(decision)
@@ -333,14 +298,14 @@ class Rollout:
                     "reason": reason,
                     "stable": s.stable,
                     "candidate": s.candidate,
-                    "share_percent": s.share_percent,
+                    "share_percent": decision.share_percent,
                     **(figures or {}),
                 }
             },
         )
 
     def _save(self) -> None:
-        rollout_state.save(self.data_dir, self.state)
+        rollout_state.save(self.data_dir, self.state, self.name)
         self._export()
 
     def _export(self) -> None:

@@ -95,36 +95,39 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
 
     async def StartRollout(
         self, request: pb.StartRolloutRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RolloutStatus:
+    ) -> pb.StartRolloutResponse:
         if not request.version:
             raise InvalidArgument("version", "is empty")
         rollout = await self.ranker.start_rollout(plan(request, self.ranker.settings))
-        return status(rollout, self.ranker)
+        return pb.StartRolloutResponse(status=status(rollout, self.ranker))
 
     async def GetRollout(
         self, request: pb.GetRolloutRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RolloutStatus:
-        return status(self.ranker.rollout_control(), self.ranker)
+    ) -> pb.GetRolloutResponse:
+        return pb.GetRolloutResponse(status=status(self.ranker.rollout_control(), self.ranker))
 
     async def PauseRollout(
-        self, request: pb.RolloutActionRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RolloutStatus:
-        return status(self.ranker.rollout_action("pause"), self.ranker)
+        self, request: pb.PauseRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PauseRolloutResponse:
+        return pb.PauseRolloutResponse(status=self._act("pause"))
 
     async def ResumeRollout(
-        self, request: pb.RolloutActionRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RolloutStatus:
-        return status(self.ranker.rollout_action("resume"), self.ranker)
+        self, request: pb.ResumeRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ResumeRolloutResponse:
+        return pb.ResumeRolloutResponse(status=self._act("resume"))
 
     async def PromoteRollout(
-        self, request: pb.RolloutActionRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RolloutStatus:
-        return status(self.ranker.rollout_action("promote"), self.ranker)
+        self, request: pb.PromoteRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PromoteRolloutResponse:
+        return pb.PromoteRolloutResponse(status=self._act("promote"))
 
     async def AbortRollout(
-        self, request: pb.RolloutActionRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RolloutStatus:
-        return status(self.ranker.rollout_action("abort"), self.ranker)
+        self, request: pb.AbortRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AbortRolloutResponse:
+        return pb.AbortRolloutResponse(status=self._act("abort"))
+
+    def _act(self, action: str) -> pb.RolloutStatus:
+        return status(self.ranker.rollout_action(action), self.ranker)
 
     async def _score_columns(
         self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext
@@ -184,7 +187,8 @@ def decision(d: Decision) -> pb.RolloutDecision:
     )
 
 
-def status(rollout: Rollout, ranker: Ranker) -> pb.RolloutStatus:
+def status_message(rollout: Rollout) -> pb.RolloutStatus:
+    """A rollout's state and the judge's latest look, as the API shows them."""
     s = rollout.state
     reply = pb.RolloutStatus(
         status=s.status,
@@ -211,6 +215,12 @@ def status(rollout: Rollout, ranker: Ranker) -> pb.RolloutStatus:
                 figures=last.figures,
             )
         )
+    return reply
+
+
+def status(rollout: Rollout, ranker: Ranker) -> pb.RolloutStatus:
+    """The model rollout, with the nightly re-scoring's live run beside it."""
+    reply = status_message(rollout)
     live = published.live_run(ranker.settings.data_dir)
     if live is not None:
         history = live.get("history", [])

@@ -7,13 +7,9 @@ Its own stack and data dir: new Triton versions are published into it."""
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import signal
-import threading
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -25,6 +21,7 @@ from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from services.ranker.rollout import user_position
+from tests.delivery.traffic import Load
 from tests.helpers import full_answer, poll_until
 from tests.stack import running_stack
 
@@ -79,55 +76,6 @@ def publish_variant(stack, built, suffix: str, patch: str = "") -> str:
     return version
 
 
-@dataclass
-class Load:
-    """Recommend through Envoy in a loop over users 1-943, recording what
-    each answer says, until stopped."""
-
-    address: str
-    threads: int = 2
-    answers: list[tuple[str, str, bool]] = field(default_factory=list)  # user, version, degraded
-    errors: list[str] = field(default_factory=list)
-    non_finite: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def __enter__(self) -> Load:
-        self.workers = [
-            threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(self.threads)
-        ]
-        for worker in self.workers:
-            worker.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for worker in self.workers:
-            worker.join(30)
-
-    def _run(self, offset: int) -> None:
-        with grpc.insecure_channel(self.address) as channel:
-            stub = recommend_pb2_grpc.RecommendServiceStub(channel)
-            n = offset
-            while not self.stop.is_set():
-                user = str(n % 943 + 1)
-                n += self.threads
-                try:
-                    reply = stub.Recommend(pb.RecommendRequest(user_id=user, k=10), timeout=5)
-                except grpc.RpcError as exc:
-                    self.errors.append(f"{exc.code().name}: {exc.details()}")
-                    continue
-                if any(not math.isfinite(item.score) for item in reply.items):
-                    self.non_finite += 1
-                self.answers.append((user, reply.model_version, reply.degraded))
-
-    def versions_by_user(self) -> dict[str, list[str]]:
-        seen: dict[str, list[str]] = defaultdict(list)
-        for user, version, degraded in list(self.answers):
-            if not degraded:
-                seen[user].append(version)
-        return seen
-
-
 @pytest.fixture(scope="module")
 def admin(stack):
     token = (stack.data_dir / "auth" / "admin.token").read_text().strip()
@@ -135,11 +83,10 @@ def admin(stack):
     stub = ranker_pb2_grpc.RankerServiceStub(channel)
     metadata = [("authorization", f"Bearer {token}")]
 
-    def call(method: str, request=None):
-        request = request if request is not None else kpb.RolloutActionRequest()
-        if method == "GetRollout":
-            request = kpb.GetRolloutRequest()
-        return getattr(stub, method)(request, metadata=metadata, timeout=120)
+    def call(method: str, request=None) -> kpb.RolloutStatus:
+        """RankerService/<method> as the admin; its RolloutStatus."""
+        request = request if request is not None else getattr(kpb, f"{method}Request")()
+        return getattr(stub, method)(request, metadata=metadata, timeout=120).status
 
     yield call
     channel.close()

@@ -38,3 +38,17 @@ def test_service_process_refuses_to_start_on_bad_config():
     )
     assert result.returncode == 2
     assert "RECSERVE_GATEWAY_PORT='not-a-port'" in result.stderr
+
+
+def test_a_redis_address_is_checked_at_start_and_a_url_is_converted():
+    """Issue 19, finding 1: Compose passed redis://redis:6379/0, which the
+    settings took and Feast crashed on at first use."""
+    from pydantic import ValidationError
+
+    from services.features.config import FeaturesSettings
+
+    assert FeaturesSettings(redis_url="redis://redis:6379/0").redis_url == "redis:6379,db=0"
+    assert FeaturesSettings(redis_url="127.0.0.1:6379").redis_url == "127.0.0.1:6379"
+    for bad in ("//redis", "redis://redis", "redis"):
+        with pytest.raises(ValidationError, match="redis"):
+            FeaturesSettings(redis_url=bad)

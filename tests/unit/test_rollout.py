@@ -5,10 +5,10 @@ in tests/delivery)."""
 import numpy as np
 import pytest
 from recserve_model import rollout_state
-from recserve_model.rollout_state import RolloutState, Triggers
+from recserve_model.rollout_state import RolloutState, Triggers, judge
 
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
-from services.ranker.rollout import Plan, Rollout, VersionWindow, judge, user_position
+from services.ranker.rollout import Plan, Rollout, VersionWindow, user_position
 from services.ranker.shadow import compare
 
 
@@ -57,10 +57,10 @@ def test_a_user_stays_on_one_side_and_the_share_is_about_right():
 def test_judge_holds_until_enough_requests_and_the_soak_then_promotes():
     state = running()
     fast = window([10] * 19)
-    assert judge(state, fast, 0.3, now=30).action == "hold"
+    assert judge(state, fast.figures(), 0.3, now=30).action == "hold"
     fast.completed(0.01)
-    assert judge(state, fast, 0.3, now=5).reason.startswith("soaking")
-    verdict = judge(state, fast, 0.3, now=11)
+    assert judge(state, fast.figures(), 0.3, now=5).reason.startswith("soaking")
+    verdict = judge(state, fast.figures(), 0.3, now=11)
     assert verdict.action == "promote"
     assert verdict.figures["requests"] == 20 and verdict.figures["p99_ms"] == pytest.approx(
         10, 0.05
@@ -74,22 +74,24 @@ def test_judge_holds_until_enough_requests_and_the_soak_then_promotes():
         (window([10] * 19 + [400]), 0.3, "p99 400 ms"),
         (window([], errors=5), 0.3, "error rate 100.00% (5/5)"),  # broken
         (window([10] * 99, errors=1), 0.3, "error rate 1.00% (1/100)"),
-        (window([10] * 20), 0.9, "Triton memory 90.0% > 85.0%"),
+        (window([10] * 20), 0.9, "memory 90.0% > 85.0%"),
     ],
 )
 def test_judge_rolls_back_on_each_trigger(w, memory, why):
-    verdict = judge(running(), w, memory, now=1)
+    verdict = judge(running(), w.figures(), memory, now=1)
     assert verdict.action == "rollback"
     assert why in verdict.reason
 
 
 def test_judge_without_memory_still_decides_and_a_pause_holds_but_still_rolls_back():
     # 1 error in 200 is 0.5%, not above the limit; nor are 4 errors in 4 (too few).
-    assert judge(running(), window([10] * 199, errors=1), None, now=100).action == "promote"
-    assert judge(running(), window([], errors=4), None, now=100).action == "hold"
+    assert (
+        judge(running(), window([10] * 199, errors=1).figures(), None, now=100).action == "promote"
+    )
+    assert judge(running(), window([], errors=4).figures(), None, now=100).action == "hold"
     paused = running(status="paused")
-    assert judge(paused, window([10] * 30), None, now=100).action == "hold"
-    assert judge(paused, window([300] * 30), None, now=100).action == "rollback"
+    assert judge(paused, window([10] * 30).figures(), None, now=100).action == "hold"
+    assert judge(paused, window([300] * 30).figures(), None, now=100).action == "rollback"
 
 
 def test_a_rollout_steps_to_stable_and_every_transition_is_persisted(tmp_path):
