@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 import torch
 from recserve_model import artifacts, rollout_state
+from recserve_model import cold_start as segment
 from rich.console import Console
 from rich.progress import Progress
 
-from pipelines import dataset, evaluate, export, triton_repo
+from pipelines import cold_start, dataset, evaluate, export, triton_repo
 from pipelines.models import Int8Ranker
 from pipelines.train import (
     TrainConfig,
@@ -40,6 +41,8 @@ MODEL_SOURCES = [
     ROOT / "pipelines" / "train.py",
     ROOT / "pipelines" / "export.py",
     ROOT / "pipelines" / "baselines.py",  # the ranker's affinity factors
+    ROOT / "pipelines" / "cold_start.py",  # new users' lists
+    ROOT / "libs" / "recserve_model" / "cold_start.py",
     ROOT / "libs" / "recserve_model" / "encoding.py",
 ]
 POPULAR_PER_LIST = 100
@@ -131,6 +134,9 @@ def train_and_export(
         out / "item_vectors.parquet", index=False
     )
     (out / "popular.json").write_text(json.dumps(popular_lists(tables)))
+    occupations = sorted(data.users["occupation"].unique())
+    lists = cold_start.segment_lists(tower, inputs, vectors, split.train, occupations)
+    (out / segment.FILE).write_text(json.dumps(lists))
     console.print("exporting ONNX models")
     paths = {
         "user_tower": export.export_user_tower(tower, spec, out / "user_tower" / "model.onnx"),

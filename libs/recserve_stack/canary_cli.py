@@ -13,9 +13,10 @@ import typer
 from recserve_model import rollout_state
 from recserve_model.rollout_state import RolloutState, Triggers
 
+from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve_kit.config import load_settings
 from recserve_kit.errors import RecserveError
-from recserve_stack.rollout_cli import console, show
+from recserve_stack.rollout_cli import add_actions, console, show
 from recserve_stack.service_canary import CANARY, NAME, EnvoyAdmin, ServiceCanary, weights
 from recserve_stack.settings import StackSettings
 from services.ranker.rollout import Plan, Rollout
@@ -97,26 +98,28 @@ def status() -> None:
     console.print(f"Envoy runtime: {applied}")
 
 
-def _action(name: str, doc: str) -> None:
-    def command() -> None:
-        settings = load_settings(StackSettings)
-        canary = ServiceCanary(_admin(settings), _rollout(settings))
-        try:
-            getattr(canary.rollout, name)()
-        except RecserveError as refused:
-            console.print(f"[red]{refused}[/]")
-            raise typer.Exit(1) from None
-        canary.apply()  # at once; a running controller reads the file too
-        show(status_message(canary.rollout))
-
-    command.__doc__ = doc
-    app.command(name)(command)
+def _act(name: str) -> pb.RolloutStatus:
+    settings = load_settings(StackSettings)
+    canary = ServiceCanary(_admin(settings), _rollout(settings))
+    try:
+        getattr(canary.rollout, name)()
+    except RecserveError as refused:
+        console.print(f"[red]{refused}[/]")
+        raise typer.Exit(1) from None
+    canary.apply()  # at once; a running controller reads the file too
+    return status_message(canary.rollout)
 
 
-_action("pause", "Hold the current step (rollback triggers still apply).")
-_action("resume", "Continue a paused canary (its step's soak starts over).")
-_action("promote", "The next step now; past the last, every request goes to the canary.")
-_action("abort", "Every request back on the stable gateways.")
+add_actions(
+    app,
+    _act,
+    {
+        "pause": "Hold the current step (rollback triggers still apply).",
+        "resume": "Continue a paused canary (its step's soak starts over).",
+        "promote": "The next step now; past the last, every request goes to the canary.",
+        "abort": "Every request back on the stable gateways.",
+    },
+)
 
 
 @app.command()

@@ -4,6 +4,7 @@ rollout, through Envoy with the admin token (as any admin call)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -110,16 +111,34 @@ def status() -> None:
     show(_call("GetRollout", pb.GetRolloutRequest()))
 
 
-def _action(name: str, doc: str) -> None:
-    def command() -> None:
-        method = f"{name.capitalize()}Rollout"
-        show(_call(method, getattr(pb, f"{method}Request")()))
+def add_actions(
+    cli: typer.Typer, act: Callable[[str], pb.RolloutStatus], docs: dict[str, str]
+) -> None:
+    """pause, resume, promote and abort as commands of ``cli``: each runs
+    ``act(name)`` and shows the status it returns."""
 
-    command.__doc__ = doc
-    app.command(name)(command)
+    def command_for(name: str) -> Callable[[], None]:
+        def command() -> None:
+            show(act(name))
+
+        return command
+
+    for name, doc in docs.items():
+        cli.command(name, help=doc)(command_for(name))
 
 
-_action("pause", "Hold the current step (rollback triggers still apply).")
-_action("resume", "Continue a paused rollout (its step's soak starts over).")
-_action("promote", "The next step now; past the last, the candidate becomes stable.")
-_action("abort", "Every user back on the stable version.")
+def _act(name: str) -> pb.RolloutStatus:
+    method = f"{name.capitalize()}Rollout"
+    return _call(method, getattr(pb, f"{method}Request")())
+
+
+add_actions(
+    app,
+    _act,
+    {
+        "pause": "Hold the current step (rollback triggers still apply).",
+        "resume": "Continue a paused rollout (its step's soak starts over).",
+        "promote": "The next step now; past the last, the candidate becomes stable.",
+        "abort": "Every user back on the stable version.",
+    },
+)

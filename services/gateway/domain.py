@@ -40,6 +40,7 @@ from recserve_kit import attributes as attr
 from recserve_kit.errors import InvalidArgument, NotFound
 from recserve_kit.tracing import outbound_metadata
 from recserve_kit.validation import check_id, check_ids
+from services.gateway.cold_start import GENDERS, MAX_AGE, Attributes, ColdStartLists
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.fallback import PopularItems
@@ -51,6 +52,7 @@ tracer = trace.get_tracer("recserve.gateway")
 T = TypeVar("T")
 
 MAX_K = 100
+MAX_OCCUPATION = 64
 MAX_FILTER_VALUES = 1000
 RETRIEVER_EXCLUDE_LIMIT = 1000
 
@@ -89,6 +91,7 @@ class Query:
     categories: tuple[str, ...] = ()
     exclude_item_ids: tuple[str, ...] = ()
     item_id: str = ""  # SimilarItems only
+    attributes: Attributes | None = None  # a new user's, for the cold-start list
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,14 @@ def check_query(query: Query, need_user: bool, known_categories: frozenset[str])
     if len(query.exclude_item_ids) > MAX_FILTER_VALUES:
         raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} ids")
     check_ids(query.exclude_item_ids, "filter.exclude_item_ids")
+    a = query.attributes
+    if a is not None:
+        if not 1 <= a.age <= MAX_AGE:
+            raise InvalidArgument("attributes.age", f"must be between 1 and {MAX_AGE}, got {a.age}")
+        if a.gender not in GENDERS:
+            raise InvalidArgument("attributes.gender", f"must be one of {', '.join(GENDERS)}")
+        if not a.occupation or len(a.occupation) > MAX_OCCUPATION:
+            raise InvalidArgument("attributes.occupation", f"1 to {MAX_OCCUPATION} characters")
 
 
 class Gateway:
@@ -173,8 +184,10 @@ class Gateway:
         ranker: ranker_pb2_grpc.RankerServiceStub,
         popular: PopularItems,
         descriptions: ItemDescriptions | None = None,
+        cold_start: ColdStartLists | None = None,
     ) -> None:
         self.settings = settings
+        self.cold_start = cold_start
         self.descriptions = descriptions if descriptions is not None else ItemDescriptions()
         self.user_vectors = UserVectors(settings.user_vector_cache_size)
         self.features = features
@@ -240,10 +253,14 @@ class Gateway:
         started = time.perf_counter()
         exclude = {*query.exclude_item_ids, *seen, query.item_id}
         personal = list(user.precomputed_item_ids) if user is not None else []
+        for_new_user = self._for_attributes(query, exclude) if reason == "COLD_START" else []
         if personal and not query.categories and not query.item_id:
             ids = [i for i in personal if i not in exclude][: query.k]
             answer.items = [self._describe(i, 0.0) for i in ids]
             answer.source = "PRECOMPUTED"
+        elif for_new_user:
+            answer.items = for_new_user
+            answer.source = "ATTRIBUTES"
         else:
             answer.items = [
                 Item(p.item_id, float(p.popularity), p.title, p.categories)
@@ -259,6 +276,28 @@ class Gateway:
         span.set_attribute(attr.DEGRADED_REASON, reason)
         answer.timings.append(("fallback", (time.perf_counter() - started) * 1000))
         return answer
+
+    def _for_attributes(self, query: Query, exclude: set[str]) -> list[Item]:
+        """A new user's list for their attributes, in the asked categories,
+        topped up from the popular list when the filter leaves it short."""
+        if query.attributes is None or self.cold_start is None:
+            return []
+        ids = self.cold_start.items(query.attributes)
+        wanted = set(query.categories)
+        items: list[Item] = []
+        for rank, item_id in enumerate(ids):
+            if item_id in exclude:
+                continue
+            item = self._describe(item_id, float(len(ids) - rank))
+            if not wanted or wanted & set(item.categories):
+                items.append(item)
+                if len(items) == query.k:
+                    return items
+        if not items:
+            return []
+        taken = exclude | {i.item_id for i in items}
+        more = self.popular.top(query.k - len(items), query.categories, taken)
+        return items + [Item(p.item_id, 0.0, p.title, p.categories) for p in more]
 
     def known_categories(self) -> frozenset[str]:
         return self.descriptions.categories or frozenset(self.popular.by_category)

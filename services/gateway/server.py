@@ -8,6 +8,7 @@ import logging
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from recserve_model.artifacts import ArtifactError
 
 from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2_grpc
@@ -16,6 +17,7 @@ from recserve_kit import transport
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.server import Registration, Service, build_server
+from services.gateway.cold_start import ColdStartLists
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.domain import Gateway
@@ -60,6 +62,8 @@ async def create_server(settings: GatewaySettings) -> Service:
     }
     popular = PopularItems(settings.data_dir)
     popular.reload()
+    cold_start = ColdStartLists(settings.data_dir)
+    cold_start.reload()
     descriptions = ItemDescriptions()
     watch = ItemWatch(channels["features"], descriptions.replace, descriptions.update)
     gateway = Gateway(
@@ -69,6 +73,7 @@ async def create_server(settings: GatewaySettings) -> Service:
         ranker_pb2_grpc.RankerServiceStub(channels["ranker"]),
         popular,
         descriptions,
+        cold_start,
     )
 
     async def fallback_loaded() -> bool:
@@ -101,8 +106,9 @@ async def create_server(settings: GatewaySettings) -> Service:
             await asyncio.sleep(settings.fallback_refresh_s)
             try:
                 popular.reload()
-            except (OSError, ValueError, KeyError) as exc:
-                log.error("keeping the previous popular lists: %s", exc)
+                cold_start.reload()
+            except (OSError, ValueError, KeyError, ArtifactError) as exc:
+                log.error("keeping the previous fallback lists: %s", exc)
 
     async def close_channels() -> None:
         for channel in channels.values():

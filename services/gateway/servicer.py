@@ -10,6 +10,7 @@ import grpc
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_kit.deadlines import remaining_s
+from services.gateway.cold_start import Attributes
 from services.gateway.domain import Answer, Gateway, Query
 
 
@@ -60,11 +61,16 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
     async def Recommend(
         self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext
     ) -> pb.RecommendResponse:
+        attributes = None
+        if request.HasField("attributes"):
+            a = request.attributes
+            attributes = Attributes(a.age, a.gender, a.occupation)
         query = Query(
             request.user_id,
             request.k,
             tuple(request.filter.categories),
             tuple(request.filter.exclude_item_ids),
+            attributes=attributes,
         )
         answer = await self.gateway.recommend(query, remaining_s(context), queued_s(context))
         reply = pb.RecommendResponse(request_id=request.request_id or uuid.uuid4().hex)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from hdrh.histogram import HdrHistogram
 from prometheus_client import Counter, Gauge, Histogram
@@ -31,6 +32,7 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument
 log = logging.getLogger(__name__)
 
 HOLD_LOG_S = 10.0
+STATUSES: tuple[str, ...] = get_args(rollout_state.Status)
 
 SHARE = Gauge("recserve_ranker_rollout_share_percent", "Users on the candidate version.")
 DECISIONS = Counter(
@@ -310,5 +312,5 @@ class Rollout:
 
     def _export(self) -> None:
         SHARE.set(self.state.share_percent)
-        STATUS.clear()
-        STATUS.labels(self.state.status).set(1)
+        for status in STATUSES:
+            STATUS.labels(status).set(1 if status == self.state.status else 0)

@@ -146,14 +146,21 @@ def test_a_good_version_goes_to_everyone_each_user_on_one_version(stack, admin, 
     assert full_answer(stub, "42").model_version == good
 
 
+def judged_under_load(stack, admin, version: str) -> tuple[kpb.RolloutStatus, Load]:
+    """A rollout of ``version`` with a soak far past the test, under client
+    load, until the judge ends it; its last status and what clients saw."""
+    with Load(stack.envoy_address) as load:
+        plan = kpb.StartRolloutRequest(
+            version=version, soak_s=600, min_requests=20, shadow_percent=50
+        )
+        admin("StartRollout", plan)
+        done = wait_status(admin, {"rolled_back", "promoted"})
+    return done, load
+
+
 def test_a_slow_version_is_rolled_back_by_the_judge(stack, admin, built):
     slow = publish_variant(stack, built, "slow", SLOW)
-    with Load(stack.envoy_address) as load:
-        admin(
-            "StartRollout",
-            kpb.StartRolloutRequest(version=slow, soak_s=600, min_requests=20, shadow_percent=50),
-        )
-        done = wait_status(admin, {"rolled_back", "promoted"})
+    done, load = judged_under_load(stack, admin, slow)
     assert done.status == "rolled_back", done
     assert "ms" in done.reason and ("median" in done.reason or "p99" in done.reason)
     rollback = done.history[-1]
@@ -166,12 +173,7 @@ def test_a_slow_version_is_rolled_back_by_the_judge(stack, admin, built):
 
 def test_a_nan_version_is_rolled_back_and_no_nan_is_served(stack, admin, built):
     broken = publish_variant(stack, built, "nan", NAN)
-    with Load(stack.envoy_address) as load:
-        admin(
-            "StartRollout",
-            kpb.StartRolloutRequest(version=broken, soak_s=600, min_requests=20, shadow_percent=50),
-        )
-        done = wait_status(admin, {"rolled_back", "promoted"})
+    done, load = judged_under_load(stack, admin, broken)
     assert done.status == "rolled_back", done
     assert done.reason.startswith("error rate")
     assert load.errors == [] and load.non_finite == 0
@@ -182,6 +184,24 @@ def test_a_nan_version_is_rolled_back_and_no_nan_is_served(stack, admin, built):
     assert metric(metrics, "recserve_ranker_version_errors_total", errors) >= 5, [
         line for line in metrics.splitlines() if "version_errors" in line
     ]
+
+
+def test_the_memory_trigger_reads_tritons_own_figure(stack, admin, built):
+    """Triton's memory comes from its metrics endpoint (host memory on CPU):
+    a limit below what it uses rolls the candidate back at the first look."""
+    candidate = publish_variant(stack, built, "memory")
+    admin(
+        "StartRollout",
+        kpb.StartRolloutRequest(version=candidate, soak_s=600, max_memory_fraction=0.0001),
+    )
+    done = wait_status(admin, {"rolled_back", "promoted"}, timeout_s=60)
+    assert done.status == "rolled_back" and done.reason.startswith("memory"), done
+    fraction = done.history[-1].figures["memory_fraction"]
+    assert 0.0001 < fraction < 1
+    metrics = stack.metrics("ranker")
+    assert metric(metrics, "recserve_ranker_triton_memory_fraction") == pytest.approx(
+        fraction, rel=0.5
+    )
 
 
 def test_a_ranker_restarted_mid_rollout_resumes_at_its_step(stack, admin, built):

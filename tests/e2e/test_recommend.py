@@ -441,3 +441,57 @@ def test_a_crashed_triton_is_restarted_and_full_answers_return(stack, stub):
     assert "triton | exited with code -9; restarting (1 of 5" in stack.output()
     reply = full_answer(stub, timeout_s=60)
     assert reply.model_version and stack.process.returncode is None
+
+
+def test_a_new_user_with_attributes_gets_the_list_for_users_like_them(stack, stub):
+    """Issue 18, cold start: an unknown user whose request carries sign-up
+    attributes is served their segment's list from the artifact
+    (cold_start.json), not the global popular list."""
+    from recserve_model import artifacts
+    from recserve_model import cold_start as segment
+
+    lists = json.loads((artifacts.current(stack.data_dir) / segment.FILE).read_text())["lists"]
+    student = pb.UserAttributes(age=22, gender="F", occupation="student")
+    request = pb.RecommendRequest(user_id="new-user-y", k=10, attributes=student)
+    reply = stub.Recommend(request, timeout=2)
+    assert REASON(reply.degraded_reason) == "DEGRADED_REASON_COLD_START"
+    assert pb.FallbackSource.Name(reply.fallback_source) == "FALLBACK_SOURCE_ATTRIBUTES"
+    assert [i.item_id for i in reply.items] == lists[segment.key("F", 22, "student")][:10]
+    assert all(i.title for i in reply.items)
+    plain = stub.Recommend(pb.RecommendRequest(user_id="new-user-y", k=10), timeout=2)
+    assert pb.FallbackSource.Name(plain.fallback_source) == "FALLBACK_SOURCE_POPULAR"
+    retired = pb.UserAttributes(age=70, gender="M", occupation="retired")
+    other = stub.Recommend(
+        pb.RecommendRequest(user_id="new-user-z", k=10, attributes=retired), timeout=2
+    )
+    assert [i.item_id for i in other.items] == lists[segment.key("M", 70, "retired")][:10]
+    assert [i.item_id for i in other.items] != [i.item_id for i in reply.items]
+    # A category filter keeps to the category; an unknown occupation is "other".
+    comedy = pb.RecommendRequest(
+        user_id="new-user-y", k=10, attributes=student, filter=pb.ItemFilter(categories=["Comedy"])
+    )
+    assert all("Comedy" in i.categories for i in stub.Recommend(comedy, timeout=2).items)
+    astronaut = pb.UserAttributes(age=22, gender="F", occupation="astronaut")
+    unusual = stub.Recommend(
+        pb.RecommendRequest(user_id="new-user-y", k=10, attributes=astronaut), timeout=2
+    )
+    assert [i.item_id for i in unusual.items] == lists[segment.key("F", 22, "other")][:10]
+    # Attributes of a known user change nothing: their own history decides.
+    known = full_answer(stub, "42", attributes=student)
+    assert known.model_version and not known.degraded
+
+
+@pytest.mark.parametrize(
+    ("attributes", "field"),
+    [
+        (pb.UserAttributes(age=0, gender="F", occupation="student"), "attributes.age"),
+        (pb.UserAttributes(age=30, gender="x", occupation="student"), "attributes.gender"),
+        (pb.UserAttributes(age=30, gender="M", occupation=""), "attributes.occupation"),
+    ],
+)
+def test_bad_attributes_are_invalid_argument(stub, attributes, field):
+    request = pb.RecommendRequest(user_id="new-user-y", k=5, attributes=attributes)
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Recommend(request, timeout=2)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith(field)

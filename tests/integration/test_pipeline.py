@@ -149,3 +149,24 @@ def test_manifest_records_what_the_issue_asks(built):
         "encoding.json",
     ):
         assert len(manifest["files"][name]) == 64
+
+
+def test_every_segment_of_new_users_has_its_own_list(built):
+    """cold_start.json: one list per (gender, age band, occupation), of known
+    items, chosen for the attributes (not one popular list copied)."""
+    import json
+
+    import pandas as pd
+    from recserve_model import cold_start as segment
+
+    lists = json.loads((built.directory / segment.FILE).read_text())["lists"]
+    users = pd.read_parquet(built.directory / "features" / "user_profile.parquet")
+    occupations = set(users["occupation"])
+    assert len(lists) == len(segment.GENDERS) * (len(segment.AGE_BANDS) - 1) * len(occupations)
+    items = set(pd.read_parquet(built.directory / "features" / "item_profile.parquet")["item_id"])
+    for ids in lists.values():
+        assert len(ids) == len(set(ids)) == 200 and set(ids) <= items
+    tops = {tuple(ids[:10]) for ids in lists.values()}
+    assert len(tops) > 10  # the attributes change the list
+    popular = json.loads((built.directory / "popular.json").read_text())["all"]
+    assert [p["item_id"] for p in popular[:10]] not in [list(t) for t in tops]

@@ -168,3 +168,22 @@ def test_shadow_comparison_figures():
     assert shifted["overlap"] == 1.0 and shifted["score_shift"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="score shapes differ"):
         compare(live, live[:5])
+
+
+def test_tritons_memory_is_the_fullest_gpu_or_else_the_host():
+    from services.ranker.triton_metrics import memory_fraction
+
+    gpu = (
+        "# TYPE nv_gpu_memory_used_bytes gauge\n"
+        'nv_gpu_memory_used_bytes{gpu_uuid="a"} 10\n'
+        'nv_gpu_memory_used_bytes{gpu_uuid="b"} 90\n'
+        "# TYPE nv_gpu_memory_total_bytes gauge\n"
+        'nv_gpu_memory_total_bytes{gpu_uuid="a"} 100\n'
+        'nv_gpu_memory_total_bytes{gpu_uuid="b"} 100\n'
+        "# TYPE nv_cpu_memory_used_bytes gauge\nnv_cpu_memory_used_bytes 1\n"
+        "# TYPE nv_cpu_memory_total_bytes gauge\nnv_cpu_memory_total_bytes 4\n"
+    )
+    assert memory_fraction(gpu) == 0.9
+    host = "nv_cpu_memory_used_bytes 1\nnv_cpu_memory_total_bytes 4\n"
+    assert memory_fraction(host) == 0.25
+    assert memory_fraction("nv_inference_count 3\n") is None
