@@ -5,12 +5,14 @@
 ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# torch's CPU build (the pin says +cpu) lives on PyTorch's own index; where
+# that is not reachable, point this at a mirror that holds the same wheel
+# (issue 19, finding 3): --build-arg TORCH_INDEX_URL=https://mirror/whl/cpu
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 COPY requirements/services/pipelines.txt /tmp/requirements.txt
-# torch's CPU build (the pin says +cpu) lives on PyTorch's own index.
-RUN /opt/venv/bin/pip install --extra-index-url https://download.pytorch.org/whl/cpu \
-    -r /tmp/requirements.txt
+RUN /opt/venv/bin/pip install --extra-index-url "${TORCH_INDEX_URL}" -r /tmp/requirements.txt
 WORKDIR /src
 COPY requirements/main.txt requirements/main.txt
 COPY protos protos

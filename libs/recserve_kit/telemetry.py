@@ -24,19 +24,32 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from prometheus_client import start_http_server
 
+# Per service: the file, then one older file of this size (issue 19,
+# finding 7: a long-running stack filled its volume with spans).
+TRACE_FILE_MAX_BYTES = 64 * 1024 * 1024
+
 
 class OtlpJsonFileExporter(SpanExporter):
-    """Appends spans to a file as OTLP JSON, one export request per line."""
+    """Appends spans to a file as OTLP JSON, one export request per line;
+    past ``max_bytes`` the file becomes ``<name>.1`` (replacing the older one)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_bytes: int = TRACE_FILE_MAX_BYTES) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        line = MessageToJson(encode_spans(spans), indent=None)
-        with self._lock, self.path.open("a", encoding="utf-8") as out:
-            out.write(line.replace("\n", "") + "\n")
+        line = MessageToJson(encode_spans(spans), indent=None).replace("\n", "") + "\n"
+        with self._lock:
+            try:
+                size = self.path.stat().st_size
+            except FileNotFoundError:
+                size = 0
+            if size and size + len(line) > self.max_bytes:
+                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write(line)
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:

@@ -20,7 +20,7 @@ from recserve_stack.rollout_cli import add_actions, console, show
 from recserve_stack.service_canary import CANARY, NAME, EnvoyAdmin, ServiceCanary, weights
 from recserve_stack.settings import StackSettings
 from services.ranker.rollout import Plan, Rollout
-from services.ranker.servicer import status_message
+from services.ranker.rollout_status import status_message
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
 

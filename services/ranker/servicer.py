@@ -6,7 +6,7 @@ import grpc
 import numpy as np
 from opentelemetry import trace
 from recserve_model import published
-from recserve_model.rollout_state import Decision, Triggers
+from recserve_model.rollout_state import Triggers
 
 from recserve.features.v1 import features_pb2
 from recserve.ranker.v1 import ranker_pb2 as pb
@@ -17,6 +17,7 @@ from recserve_kit.errors import InvalidArgument
 from services.ranker.config import RankerSettings
 from services.ranker.domain import CandidateInput, Ranker, UserInput
 from services.ranker.rollout import Plan, Rollout
+from services.ranker.rollout_status import status_message
 
 
 def to_user(message: features_pb2.UserFeatures) -> UserInput:
@@ -175,47 +176,6 @@ def plan(request: pb.StartRolloutRequest, settings: RankerSettings) -> Plan:
             max_memory_fraction=request.max_memory_fraction or settings.rollout_max_memory_fraction,
         ),
     )
-
-
-def decision(d: Decision) -> pb.RolloutDecision:
-    return pb.RolloutDecision(
-        at_unix_s=d.at,
-        action=d.action,
-        reason=d.reason,
-        share_percent=d.share_percent,
-        figures=d.figures,
-    )
-
-
-def status_message(rollout: Rollout) -> pb.RolloutStatus:
-    """A rollout's state and the judge's latest look, as the API shows them."""
-    s = rollout.state
-    reply = pb.RolloutStatus(
-        status=s.status,
-        stable_version=s.stable,
-        candidate_version=s.candidate,
-        share_percent=s.share_percent,
-        step=s.step,
-        steps_percent=s.steps_percent,
-        soak_s=s.soak_s,
-        step_elapsed_s=rollout.clock() - s.step_started_at if s.active else 0.0,
-        min_requests=s.min_requests,
-        shadow_percent=s.shadow_percent,
-        reason=s.reason,
-        history=[decision(d) for d in s.history],
-    )
-    if rollout.last is not None and s.active:
-        last = rollout.last
-        reply.last_verdict.CopyFrom(
-            pb.RolloutDecision(
-                at_unix_s=rollout.clock(),
-                action=last.action,
-                reason=last.reason,
-                share_percent=s.share_percent,
-                figures=last.figures,
-            )
-        )
-    return reply
 
 
 def status(rollout: Rollout, ranker: Ranker) -> pb.RolloutStatus:

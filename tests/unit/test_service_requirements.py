@@ -18,7 +18,7 @@ SHARED = ["libs/recserve_kit", "libs/recserve_model", "gen/python/recserve"]
 def imported_modules(folders: list[Path]) -> set[str]:
     names: set[str] = set()
     for folder in folders:
-        for path in folder.rglob("*.py"):
+        for path in [folder] if folder.is_file() else folder.rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Import):
                     names.update(a.name.split(".")[0] for a in node.names)
@@ -38,7 +38,16 @@ def test_requirement_files_are_current():
 
 
 IMAGE_CODE = {
-    "pipelines": ["pipelines", "services/features", "services/retriever", "libs/recserve_stack"],
+    "pipelines": [
+        "pipelines",
+        "services/features",
+        "services/retriever",
+        "libs/recserve_stack",
+        # The gateway canary's controller (recserve_stack canary) runs the
+        # ranker's rollout state machine.
+        "services/ranker/rollout.py",
+        "services/ranker/rollout_status.py",
+    ],
 }
 
 

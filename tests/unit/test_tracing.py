@@ -20,3 +20,24 @@ def test_context_travels_sampled_or_not():
         assert remote.get_span_context().trace_id == span.get_span_context().trace_id
         assert remote.get_span_context().span_id == span.get_span_context().span_id
     assert inbound_context([("x-request-start", "1")]) is None
+
+
+def test_the_span_file_is_rotated_at_its_size_limit(tmp_path):
+    """Issue 19, finding 7: span files grew without bound in the volume."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from recserve_kit.telemetry import OtlpJsonFileExporter
+
+    path = tmp_path / "traces" / "svc.jsonl"
+    exporter = OtlpJsonFileExporter(path, max_bytes=2000)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    for n in range(40):
+        with tracer.start_as_current_span(f"span-{n}"):
+            pass
+    older = path.with_name("svc.jsonl.1")
+    assert older.exists() and path.exists()
+    assert path.stat().st_size <= 2000 and older.stat().st_size <= 2000
+    assert "span-39" in path.read_text()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["svc.jsonl", "svc.jsonl.1"]
