@@ -31,7 +31,7 @@ class Triggers(BaseModel):
 
 class Decision(BaseModel):
     at: float  # unix seconds
-    action: str  # start, promote, hold, rollback, pause, resume, abort, resume-after-restart
+    action: str  # start, promote, rollback, pause, resume, abort, resume-after-restart, reset
     reason: str
     share_percent: float
     figures: dict[str, float] = Field(default_factory=dict)

@@ -240,6 +240,9 @@ class Ranker:
             self.loaded = await self._prepare(stable)
             rollout = Rollout(self.settings.data_dir, stable)
             self.rollout = rollout
+            if rollout.state.stable != stable:
+                # The persisted stable version left the repository.
+                rollout.rebase(stable, f"{rollout.state.stable} is not in the repository")
             if not rollout.state.active:
                 return
             try:
@@ -347,9 +350,11 @@ class Ranker:
 
     def _track(self, call: asyncio.Future[object], version: str, timed: bool) -> None:
         """The rollout judge's figures: every call's outcome for its version,
-        and its time (``timed``: the ranking model) even when nobody waits."""
+        and its time (``timed``: the ranking model) even when nobody waits.
+        Only while a rollout runs: outside one this cost 0.1-0.2 ms of CPU
+        per Recommend for figures nobody judges."""
         rollout, started = self.rollout, time.perf_counter()
-        if rollout is None or not version:
+        if rollout is None or not rollout.state.active or not version:
             return
 
         def done(finished: asyncio.Future[object]) -> None:

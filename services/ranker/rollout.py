@@ -46,13 +46,14 @@ CANDIDATE = Gauge(
 STATUS = Gauge("recserve_ranker_rollout_status", "1 for the rollout's status.", ["status"])
 VERSION_SECONDS = Histogram(
     "recserve_ranker_version_seconds",
-    "Ranking inference time by model version (recorded also when the caller gave up).",
+    "Ranking inference time by model version during a rollout (recorded also when "
+    "the caller gave up).",
     ["version"],
     buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5),
 )
 VERSION_ERRORS = Counter(
     "recserve_ranker_version_errors_total",
-    "Failed inferences by model version: Triton errors, non-finite scores.",
+    "Failed inferences by model version during a rollout: Triton errors, non-finite scores.",
     ["version", "kind"],
 )
 
@@ -181,6 +182,11 @@ class Rollout:
         """Resume at the persisted step: its soak and figures start over."""
         self._new_step()
         self._decide("resume-after-restart", f"step {self.state.step + 1} starts over")
+
+    def rebase(self, stable: str, reason: str) -> None:
+        """Start over from ``stable`` (any rollout in progress ends)."""
+        self.state = RolloutState(stable=stable, history=self.state.history)
+        self._decide("reset", f"stable is {stable}: {reason}")
 
     def set_stable(self, version: str) -> None:
         """An operator's LoadModel outside a rollout."""

@@ -187,3 +187,13 @@ def test_tritons_memory_is_the_fullest_gpu_or_else_the_host():
     host = "nv_cpu_memory_used_bytes 1\nnv_cpu_memory_total_bytes 4\n"
     assert memory_fraction(host) == 0.25
     assert memory_fraction("nv_inference_count 3\n") is None
+
+
+def test_a_stable_version_gone_from_the_repository_starts_over(tmp_path):
+    rollout = Rollout(tmp_path, "v1", Clock())
+    rollout.start(plan())
+    again = Rollout(tmp_path, "v9", Clock())
+    again.rebase("v9", "v1 is not in the repository")
+    assert again.state.stable == "v9" and again.state.status == "idle"
+    assert again.state.history[-1].action == "reset"
+    assert rollout_state.load(tmp_path).stable == "v9"
