@@ -71,9 +71,14 @@ def test_admin_rpcs_on_internal_ports_need_the_admin_token(stack):
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with stack.internal_channel("ranker") as channel:
         ranker = ranker_pb2_grpc.RankerServiceStub(channel)
-        with pytest.raises(grpc.RpcError) as refused:
-            ranker.LoadModel(kpb.LoadModelRequest(version="anything"), timeout=5)
-        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        for call, request in (
+            (ranker.LoadModel, kpb.LoadModelRequest(version="anything")),
+            (ranker.StartRollout, kpb.StartRolloutRequest(version="anything")),
+            (ranker.AbortRollout, kpb.AbortRolloutRequest()),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                call(request, timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_tritons_model_control_answers_only_the_rankers_secret(stack):
