@@ -45,6 +45,14 @@ async def show(settings: StackSettings) -> None:
             timeout=2,
         )
         console.print(_table("User 42, only Horror", reply))
+        # A user the stack has never seen, with sign-up attributes: the list
+        # for users like them, not the global popular one.
+        newcomer = pb.UserAttributes(age=22, gender="F", occupation="student")
+        reply = await stub.Recommend(
+            pb.RecommendRequest(user_id="someone-new", k=5, attributes=newcomer), timeout=2
+        )
+        source = pb.FallbackSource.Name(reply.fallback_source).removeprefix("FALLBACK_SOURCE_")
+        console.print(_table(f"A new user, 22, F, student (from {source})", reply))
         similar = await stub.SimilarItems(
             pb.SimilarItemsRequest(item_id=SAMPLE_ITEM, k=5), timeout=2
         )
