@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
 DATA ?= data
 
-.PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server java
+.PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server java \
+	compose-up compose-down compose-test
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -62,6 +63,15 @@ lint: setup  ## ruff, buf lint and breaking check, mypy on the kit
 	@if git rev-parse -q --verify main >/dev/null && git cat-file -e main:buf.yaml 2>/dev/null; then \
 		$(BUF) breaking --against '.git#branch=main'; fi
 	$(VENV)/bin/mypy libs/recserve_kit libs/recserve_stack
+
+compose-up: setup  ## the Compose stack here: Docker engine, stand-in bases, build, start, wait healthy
+	infra/local/compose.sh up
+
+compose-down:  ## remove the Compose stack (containers, network, volumes) and the engine it started
+	infra/local/compose.sh down
+
+compose-test: setup  ## compose-up, the e2e suite against it through Envoy on :8080, compose-down
+	infra/local/compose.sh test
 
 bench: artifacts  ## benchmarks; results go to docs/benchmarks.md by hand, with the command
 	$(PY) -m bench --help

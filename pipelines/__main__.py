@@ -61,7 +61,7 @@ def publish(
     ] = "",
 ) -> None:
     """Feast apply + materialization of the current artifact into the online store,
-    and with --qdrant-url the item collection (Compose's init step).
+    and with --qdrant-url the item collection.
 
     The retriever and the features service also pick up a new CURRENT
     artifact by themselves within their refresh interval.
@@ -74,19 +74,43 @@ def publish(
     apply_and_publish(data_dir / "feast", directory, directory.name, redis_url)
     console.print(f"published features of {directory.name}")
     if qdrant_url:
-        import asyncio
+        index(data_dir, qdrant_url)
 
-        from services.retriever.config import RetrieverSettings
-        from services.retriever.domain import Retriever
-        from services.retriever.server import generations_for
 
-        settings = RetrieverSettings(data_dir=data_dir, qdrant_url=qdrant_url)
-        retriever = Retriever(settings, generations_for(settings))
-        retriever.open_current()
-        loaded = asyncio.run(retriever.refresh_from_artifacts())
+@app.command()
+def index(
+    data_dir: Annotated[Path, typer.Option(help="Where the artifacts live.")] = Path("data"),
+    qdrant_url: Annotated[
+        str, typer.Option(help="A Qdrant server; empty: the Qdrant Edge shard under data-dir.")
+    ] = "",
+) -> None:
+    """Loads the current artifact's items into the retriever's collection (a
+    new generation), unless it holds them already: what the retriever does
+    when it starts, done ahead of it (compose.local.yaml's `qdrant` step)."""
+    import asyncio
+
+    from recserve_model import artifacts
+
+    from services.retriever.config import RetrieverSettings
+    from services.retriever.domain import Retriever
+    from services.retriever.server import generations_for
+
+    settings = RetrieverSettings(data_dir=data_dir, qdrant_url=qdrant_url)
+    backend = qdrant_url or "Qdrant Edge"
+    version = artifacts.current(data_dir).name
+    generations = generations_for(settings)
+    # Current already: nothing to open. (A running retriever holds its Edge
+    # shard's WAL lock, so `docker-compose up` again must not open it.)
+    if generations.state().get("artifact_version") == version:
+        console.print(f"{backend} collection {settings.collection}: already current ({version})")
+        return
+    retriever = Retriever(settings, generations)
+    retriever.open_current()
+    try:
+        asyncio.run(retriever.refresh_from_artifacts())
+    finally:
         retriever.close()
-        state = "loaded" if loaded else "already current"
-        console.print(f"Qdrant collection {settings.collection}: {state} ({directory.name})")
+    console.print(f"{backend} collection {settings.collection}: loaded ({version})")
 
 
 @app.command()

@@ -59,19 +59,42 @@ class RunningStack:
         except psutil.NoSuchProcess:
             return []
 
-    def component_pid(self, marker: str) -> int:
-        """The pid of the component whose command line holds ``marker``."""
-        for process in self.descendants():
-            if marker in " ".join(process.cmdline()):
-                return process.pid
-        raise AssertionError(f"no process matching {marker}")
+    # The e2e suite also runs against Compose (tests/compose_stack.py): what
+    # it asks of a stack goes through the methods below, which both have.
+    kind = "local"
 
-    def metrics(self, service: str) -> str:
-        """The /metrics text of a service (replica 0)."""
+    def address(self, name: str) -> str:
+        return f"127.0.0.1:{self.port(name)}"
+
+    def channel_options(self, name: str) -> list[tuple[str, str]]:
+        return []  # certificates name 127.0.0.1
+
+    def component_pids(self, marker: str) -> list[int]:
+        """The pids of the components whose command line holds ``marker``."""
+        return [p.pid for p in self.descendants() if marker in " ".join(p.cmdline())]
+
+    def component_pid(self, marker: str) -> int:
+        found = self.component_pids(marker)
+        if not found:
+            raise AssertionError(f"no process matching {marker}")
+        return found[0]
+
+    def kill(self, marker: str, replica: int = 0) -> int:
+        """SIGKILL a component, as a crash would; returns its pid."""
+        pid = self.component_pids(marker)[replica]
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def restarts(self) -> int:
+        """Restarts of components by the runner so far."""
+        return self.output().count("restarting (")
+
+    def metrics(self, service: str, replica: int = 0) -> str:
+        """The /metrics text of a service's replica."""
         from recserve_stack.settings import StackSettings
 
         base = int(self.env["RECSERVE_STACK_METRICS_BASE_PORT"])
-        port = StackSettings(metrics_base_port=base).metrics_port(service)
+        port = StackSettings(metrics_base_port=base).metrics_port(service, replica)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             return str(response.read().decode())
 

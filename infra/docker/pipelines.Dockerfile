@@ -8,11 +8,15 @@ FROM ${PYTHON_IMAGE} AS build
 # torch's CPU build (the pin says +cpu) lives on PyTorch's own index; where
 # that is not reachable, point this at a mirror that holds the same wheel
 # (issue 19, finding 3): --build-arg TORCH_INDEX_URL=https://mirror/whl/cpu
+# Empty: no extra index; the wheel comes from build/wheels, which the local
+# path (infra/local/compose.sh) fills with `pip download` on the host.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
-COPY requirements/services/pipelines.txt /tmp/requirements.txt
-RUN /opt/venv/bin/pip install --extra-index-url "${TORCH_INDEX_URL}" -r /tmp/requirements.txt
+# build/wheel[s]: the folder's wheels if it exists, nothing otherwise.
+COPY requirements/services/pipelines.txt build/wheel[s] /tmp/pip/
+RUN /opt/venv/bin/pip install --find-links /tmp/pip \
+    ${TORCH_INDEX_URL:+--extra-index-url "${TORCH_INDEX_URL}"} -r /tmp/pip/pipelines.txt
 WORKDIR /src
 COPY requirements/main.txt requirements/main.txt
 COPY protos protos

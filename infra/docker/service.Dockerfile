@@ -6,13 +6,10 @@
 # every FROM into tag@sha256 on a machine that can reach the registry.
 ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 
-FROM ${PYTHON_IMAGE} AS build
-ARG SERVICE
+# Stubs are generated as `make proto` does, with the pinned protoc plugin; a
+# stage of its own, before SERVICE is known, so the four images share it.
+FROM ${PYTHON_IMAGE} AS protos
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
-COPY requirements/services/${SERVICE}.txt /tmp/requirements.txt
-RUN /opt/venv/bin/pip install -r /tmp/requirements.txt
-# Stubs are generated as `make proto` does, with the pinned protoc plugin.
 WORKDIR /src
 COPY requirements/main.txt requirements/main.txt
 RUN python -m venv /opt/protoc \
@@ -22,12 +19,19 @@ COPY third_party third_party
 COPY scripts/gen_protos.py scripts/gen_protos.py
 RUN /opt/protoc/bin/python scripts/gen_protos.py
 
+FROM ${PYTHON_IMAGE} AS build
+ARG SERVICE
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+COPY requirements/services/${SERVICE}.txt /tmp/requirements.txt
+RUN /opt/venv/bin/pip install -r /tmp/requirements.txt
+
 FROM ${PYTHON_IMAGE}
 ARG SERVICE
 RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin recserve \
     && mkdir -p /data && chown 10001:10001 /data  # a new named volume takes this owner
 COPY --from=build /opt/venv /opt/venv
-COPY --from=build /src/gen/python /app/gen/python
+COPY --from=protos /src/gen/python /app/gen/python
 COPY libs/recserve_kit /app/libs/recserve_kit
 COPY libs/recserve_model /app/libs/recserve_model
 COPY services/__init__.py /app/services/__init__.py

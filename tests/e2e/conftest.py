@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -7,12 +8,51 @@ from tests.helpers import data_dir_with_artifacts
 from tests.stack import running_stack
 
 RESCORE_RUN = "e2e-night"
+# make compose-test: the same suite against the Compose stack on :8080.
+COMPOSE = os.environ.get("RECSERVE_E2E_STACK") == "compose"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not COMPOSE:
+        return
+    for item in items:
+        if "local_stack_only" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="starts a local stack of its own"))
 
 
 @pytest.fixture(scope="package")
-def stack(built, tmp_path_factory):
+def compose_data(tmp_path_factory):
+    """The Compose stack's data volume, copied after the nightly run."""
+    from tests.compose_stack import copy_data, nightly_run
+
+    nightly_run(RESCORE_RUN)
+    return copy_data(tmp_path_factory.mktemp("compose") / "data")
+
+
+if COMPOSE:
+
+    @pytest.fixture(scope="package")
+    def built(compose_data):
+        """The artifact the Compose stack built and serves (not ./data's)."""
+        from recserve_model import artifacts
+
+        from pipelines.build import BuildResult
+
+        directory = artifacts.current(compose_data)
+        return BuildResult(directory.name, directory, True, {}, {})
+
+
+@pytest.fixture(scope="package")
+def stack(built, tmp_path_factory, request):
     """The whole stack, started by the same runner as `make run`, with a
-    nightly re-scoring run published first (users' precomputed lists)."""
+    nightly re-scoring run published first (users' precomputed lists); or
+    with RECSERVE_E2E_STACK=compose the running Compose stack, after the same
+    nightly run in its container."""
+    if COMPOSE:
+        from tests.compose_stack import ComposeStack
+
+        yield ComposeStack(request.getfixturevalue("compose_data"))
+        return
     data_dir = data_dir_with_artifacts(
         tmp_path_factory.mktemp("e2e") / "data", built.directory.parents[1]
     )

@@ -8,6 +8,8 @@ local process."""
 
 import asyncio
 import socket
+import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -21,21 +23,23 @@ from recserve.ranker.v1 import ranker_pb2 as kpb
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
-from recserve_kit import transport
 
 INTERNAL = ("gateway", "features", "retriever", "ranker", "triton_grpc")
 
 
 @pytest.mark.parametrize("name", INTERNAL)
 def test_internal_ports_refuse_callers_without_the_stacks_certificate(stack, name):
-    address = f"127.0.0.1:{stack.port(name)}"
+    address, options = stack.address(name), stack.channel_options(name)
     request = health_pb2.HealthCheckRequest()
     no_cert = grpc.ssl_channel_credentials(stack.tls.ca)
-    for channel in (grpc.insecure_channel(address), grpc.secure_channel(address, no_cert)):
+    for channel in (
+        grpc.insecure_channel(address),
+        grpc.secure_channel(address, no_cert, options=options),
+    ):
         with channel, pytest.raises(grpc.RpcError) as refused:
             health_pb2_grpc.HealthStub(channel).Check(request, timeout=5)
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-    with transport.channel(address, stack.tls) as channel:
+    with stack.internal_channel(name) as channel:
         # Answered, whatever the status (a component an earlier test
         # restarted may still be NOT_SERVING): the certificate got it in.
         reply = health_pb2_grpc.HealthStub(channel).Check(request, timeout=5)
@@ -84,7 +88,9 @@ def test_admin_rpcs_on_internal_ports_need_the_admin_token(stack):
 def test_tritons_model_control_answers_only_the_rankers_secret(stack):
     async def check() -> None:
         client = triton_aio.InferenceServerClient(
-            f"127.0.0.1:{stack.port('triton_grpc')}", creds=stack.tls.channel_credentials()
+            stack.address("triton_grpc"),
+            creds=stack.tls.channel_credentials(),
+            channel_args=stack.channel_options("triton_grpc"),
         )
         try:
             assert await client.is_server_ready()  # inference and health: any stack member
@@ -100,5 +106,16 @@ def test_tritons_model_control_answers_only_the_rankers_secret(stack):
             await client.close()
 
     asyncio.run(check())
-    with socket.socket() as probe:  # no HTTP: tritonserver has no TLS there
-        assert probe.connect_ex(("127.0.0.1", stack.port("triton_http"))) != 0
+    host, port = stack.address("triton_http").split(":")
+    if stack.kind == "local":
+        with socket.socket() as probe:  # no HTTP: tritonserver has no TLS there
+            assert probe.connect_ex((host, int(port))) != 0
+        return
+    # Compose's healthcheck reads HTTP (infra/triton/start.sh): health only.
+    base = f"http://{host}:{port}/v2"
+    with urllib.request.urlopen(f"{base}/health/ready", timeout=5) as ready:
+        assert ready.status == 200
+    unload = urllib.request.Request(f"{base}/repository/models/ranker/unload", b"{}", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(unload, timeout=5)
+    assert "restricted" in refused.value.read().decode()

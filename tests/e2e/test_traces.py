@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import grpc
+import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from recserve.recommend.v1 import recommend_pb2_grpc
@@ -107,6 +108,7 @@ def http_receiver(receiver: Receiver) -> tuple[ThreadingHTTPServer, int]:
     return server, server.server_address[1]
 
 
+@pytest.mark.local_stack_only
 def test_one_request_is_one_trace_across_every_component(built, tmp_path):
     receiver = Receiver()
     server = grpc.server(futures.ThreadPoolExecutor(4))

@@ -28,6 +28,7 @@ from services.retriever.config import RetrieverSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["compose.yaml", "compose.observability.yaml", "compose.gpu.yaml"]
+LOCAL = "compose.local.yaml"  # machines without a registry (issue 19)
 SETTINGS = {
     "gateway": GatewaySettings,
     "features": FeaturesSettings,
@@ -64,7 +65,7 @@ def validate(spec):
 
 @pytest.mark.parametrize(
     "files",
-    [[f] for f in FILES] + [FILES[:2], [FILES[0], FILES[2]], FILES],
+    [[f] for f in FILES] + [FILES[:2], [FILES[0], FILES[2]], FILES, [FILES[0], LOCAL]],
     ids=lambda files: "+".join(files),
 )
 def test_compose_files_validate_against_the_spec(files):
@@ -131,7 +132,10 @@ def test_addresses_healthchecks_and_ports_agree():
     assert qdrant.hostname == "qdrant"
     redis = urlsplit(services["features"]["environment"]["RECSERVE_FEATURES_REDIS_URL"])
     assert redis.hostname == "redis"
-    assert redis.geturl() in init and qdrant.geturl() in init
+    assert redis.geturl() in init
+    # The retriever loads the items into Qdrant itself: init needs no Qdrant,
+    # so compose.local.yaml can put Qdrant Edge in its place (finding 5).
+    assert "qdrant" not in init and "qdrant" not in services["init"]["depends_on"]
     nightly = services["rescore"]
     assert nightly["profiles"] == ["nightly"] and redis.geturl() in nightly["command"]
     # Spark maps snappy's native library from /tmp (issue 19, finding 4).
@@ -228,6 +232,8 @@ def test_the_compose_envoy_config_is_current_and_valid(tmp_path):
     tls_dir = pki.ensure_pki(tmp_path / "tls")
     local = text.replace("/etc/envoy/recserve.pb", str(ROOT / "build" / "recserve.pb"))
     local = local.replace("/data/auth/jwks.json", str(jwks)).replace("/data/tls", str(tls_dir))
+    (tmp_path / "runtime").mkdir()  # the image has an empty one
+    local = local.replace(envoy.COMPOSE_RUNTIME, str(tmp_path / "runtime"))
     for cluster in config["static_resources"]["clusters"]:
         if cluster["name"] in SETTINGS:  # mutual TLS to every service, checking its name
             context = cluster["transport_socket"]["typed_config"]
@@ -377,7 +383,7 @@ def test_dockerfiles_are_pinned_non_root_and_copy_what_exists(dockerfile, args):
     values = {**defaults, **dict(args)}
     for image in FROM.findall(text):
         image = re.sub(r"\$\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), image)
-        if image in {"full", "build", "descriptors"}:
+        if image in {"full", "build", "descriptors", "protos", "wheel"}:
             continue  # an earlier stage
         assert re.search(r":v?\d+\.\d+(\.\d+)?", image) and "latest" not in image, image
     final_stage = text.rsplit("\nFROM ", 1)[1]
@@ -385,4 +391,59 @@ def test_dockerfiles_are_pinned_non_root_and_copy_what_exists(dockerfile, args):
     for sources in COPY.findall(text):
         for source in sources.split():
             path = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], source)
+            if "[" in path:  # build/wheel[s]: a folder the local path fills, or none
+                assert path.startswith("build/"), f"{dockerfile}: COPY {path}"
+                continue
             assert (ROOT / path).exists(), f"{dockerfile}: COPY {path}"
+
+
+def test_the_local_overlay_needs_no_registry_image():
+    """compose.yaml + compose.local.yaml (make compose-up) runs on images
+    built here: recserve's own, on the stand-in bases infra/local/bases.sh
+    makes; the Qdrant server gives way to Qdrant Edge (finding 5)."""
+    merged = stack(FILES[0], LOCAL)
+    bases = (ROOT / "infra" / "local" / "bases.sh").read_text()
+    made_here = set(re.findall(r"(recserve-local/[\w.-]+:[\w.-]+)", bases))
+    services = {n: s for n, s in merged["services"].items() if not s.get("profiles")}
+    for name, service in services.items():
+        if "build" in service:
+            dockerfile = (ROOT / service["build"]["dockerfile"]).read_text()
+            for arg in re.findall(r"^ARG (\w+_IMAGE)=", dockerfile, re.MULTILINE):
+                assert service["build"]["args"][arg] in made_here, (name, arg)
+        elif not service["image"].startswith("recserve/"):
+            assert service["image"] in made_here, (name, service["image"])
+        built_by = {s["image"] for s in services.values() if "build" in s}
+        assert service["image"] in built_by | made_here, (name, service["image"])
+    prometheus = merged["services"]["prometheus"]  # --profile metrics
+    assert prometheus["image"] in made_here
+    assert prometheus["extends"] == {"file": FILES[1], "service": "prometheus"}
+    assert merged["services"]["init"]["build"]["args"]["TORCH_INDEX_URL"] == ""
+    retriever = merged["services"]["retriever"]
+    assert retriever["environment"]["RECSERVE_RETRIEVER_QDRANT_URL"] == ""  # Edge
+    assert retriever["depends_on"]["qdrant"]["condition"] == "service_completed_successfully"
+    shard = merged["services"]["qdrant"]
+    assert shard["command"][:1] == ["index"] and shard["restart"] == "no"
+    # The retriever opens the shard the one-shot writes (its state file).
+    settings = RetrieverSettings(data_dir="/data", qdrant_url="")
+    state = f"/data/qdrant/{settings.collection}/state.json"
+    assert shard["healthcheck"]["test"] == ["CMD", "test", "-f", state]
+
+
+def test_envoy_traces_in_compose_only_with_the_observability_layer():
+    """Without a Collector, tracing every request wrote every span to files
+    in the data volume and cost 1.8 ms of CPU per Recommend (measured on the
+    Compose stack, docs/benchmarks.md). Envoy's config samples none; the
+    observability layer mounts a runtime file (Envoy's disk layer) that
+    samples every request, for the Collector's tail sampling."""
+    config = yaml.safe_load(envoy.render_compose())
+    layers = config["layered_runtime"]["layers"]
+    assert [layer["name"] for layer in layers] == ["static", "disk", "admin"]
+    assert layers[1]["disk_layer"]["symlink_root"] == envoy.COMPOSE_RUNTIME
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    assert manager["typed_config"]["tracing"]["random_sampling"] == {"value": 0}
+    assert "/etc/envoy/runtime" not in " ".join(stack(FILES[0])["services"]["envoy"]["volumes"])
+    mounts = stack(*FILES[:2])["services"]["envoy"]["volumes"]
+    (mount,) = [m for m in mounts if m.split(":")[1] == envoy.COMPOSE_RUNTIME]
+    source = ROOT / mount.split(":")[0]
+    # Envoy reads `tracing.random_sampling` in units of 0.01%.
+    assert (source / "tracing" / "random_sampling").read_text().strip() == "10000"

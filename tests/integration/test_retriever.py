@@ -295,3 +295,27 @@ def test_acknowledged_writes_survive_kill_9(built, tmp_path):
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_the_index_step_loads_once_and_leaves_a_running_retrievers_shard_alone(built, tmp_path):
+    """`python -m pipelines index` (compose.local.yaml's first step) builds
+    the Edge shard the retriever then opens; run again while a retriever
+    holds the shard (its WAL is locked), it must find the artifact current
+    and not open it: a second `docker-compose up` failed that way."""
+    from services.retriever.domain import Retriever
+    from services.retriever.server import generations_for
+
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+    command = [sys.executable, "-m", "pipelines", "index", "--data-dir", str(data_dir)]
+    first = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert f"loaded ({built.version})" in first.stderr  # rich console: stderr
+    settings = RetrieverSettings(data_dir=data_dir)
+    running = Retriever(settings, generations_for(settings))
+    assert running.open_current() and running.artifact_version == built.version
+    try:
+        again = subprocess.run(command, capture_output=True, text=True)
+        assert again.returncode == 0, again.stderr
+        assert f"already current ({built.version})" in again.stderr
+        assert running.info().point_count > 0  # still serving its shard
+    finally:
+        running.close()
