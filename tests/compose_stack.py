@@ -92,6 +92,15 @@ class ComposeStack:
     def internal_channel(self, name: str) -> grpc.Channel:
         return transport.channel(self.address(name), self.tls, self.channel_options(name))
 
+    def gateway_channels(self) -> list[grpc.Channel]:
+        """A mutual-TLS channel to each gateway replica (each has its own caches)."""
+        addresses = [
+            f"{c['NetworkSettings']['Networks']['recserve']['IPAddress']}:{PORTS['gateway'][1]}"
+            for c in self.containers("gateway")
+        ]
+        options = self.channel_options("gateway")
+        return [transport.channel(address, self.tls, options) for address in addresses]
+
     def internal_aio_channel(self, name: str) -> grpc.aio.Channel:
         return transport.aio_channel(self.address(name), self.tls, self.channel_options(name))
 

@@ -47,6 +47,12 @@ class RunningStack:
         """A blocking mutual-TLS channel to an internal port ("retriever", ...)."""
         return transport.channel(f"127.0.0.1:{self.port(name)}", self.tls)
 
+    def gateway_channels(self) -> list[grpc.Channel]:
+        """A mutual-TLS channel to each gateway replica (each has its own caches)."""
+        extra = json.loads(self.env.get("RECSERVE_STACK_GATEWAY_EXTRA_PORTS", "[]"))
+        ports = [self.port("gateway"), *extra]
+        return [transport.channel(f"127.0.0.1:{port}", self.tls) for port in ports]
+
     def internal_aio_channel(self, name: str) -> grpc.aio.Channel:
         return transport.aio_channel(f"127.0.0.1:{self.port(name)}", self.tls)
 

@@ -291,8 +291,13 @@ def test_each_dependency_down_degrades_then_recovers(
     stack, stub, precomputed, marker, reasons, source
 ):
     warm = ("1", "2", "3")
-    for user_id in warm:  # their user vectors are in the gateway's cache now
-        full_answer(stub, user_id)
+    # Their user vectors in every gateway's cache: Envoy may send the next
+    # request to either (through Envoy alone this passed or failed by chance).
+    for channel in stack.gateway_channels():
+        with channel:
+            direct = recommend_pb2_grpc.RecommendServiceStub(channel)
+            for user_id in warm:
+                full_answer(direct, user_id)
     ranking_down = marker in ("services.ranker", "tritonserver")
     with frozen(stack, marker):
         for user_id in (*warm, *FRESH_USERS[marker]):
