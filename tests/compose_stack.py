@@ -60,6 +60,12 @@ def project_containers(*labels: str) -> list[str]:
     return docker("ps", "-aq", *(f"--filter={f}" for f in filters)).split()
 
 
+def ip(container: dict[str, object]) -> str:
+    """A container's address on the stack's network (the host routes to it)."""
+    networks = container["NetworkSettings"]["Networks"]  # type: ignore[index]
+    return str(networks["recserve"]["IPAddress"])
+
+
 @dataclass
 class ComposeStack:
     data_dir: Path  # a copy of the data volume, taken after the nightly run
@@ -82,8 +88,7 @@ class ComposeStack:
 
     def address(self, name: str) -> str:
         service, port = PORTS[name]
-        networks = self.containers(service)[0]["NetworkSettings"]["Networks"]
-        return f"{networks['recserve']['IPAddress']}:{port}"
+        return f"{ip(self.containers(service)[0])}:{port}"
 
     def channel_options(self, name: str) -> list[tuple[str, str]]:
         # The certificates name the service, not the container's address.
@@ -94,10 +99,7 @@ class ComposeStack:
 
     def gateway_channels(self) -> list[grpc.Channel]:
         """A mutual-TLS channel to each gateway replica (each has its own caches)."""
-        addresses = [
-            f"{c['NetworkSettings']['Networks']['recserve']['IPAddress']}:{PORTS['gateway'][1]}"
-            for c in self.containers("gateway")
-        ]
+        addresses = [f"{ip(c)}:{PORTS['gateway'][1]}" for c in self.containers("gateway")]
         options = self.channel_options("gateway")
         return [transport.channel(address, self.tls, options) for address in addresses]
 
@@ -123,17 +125,10 @@ class ComposeStack:
         ids = project_containers()
         return sum(int(c["RestartCount"]) for c in json.loads(docker("inspect", *ids)))
 
-    def running(self, marker: str) -> bool:
-        return all(
-            c["State"]["Running"] and c["State"].get("Health", {}).get("Status") == "healthy"
-            for c in self.containers(SERVICES[marker])
-        )
-
     def metrics(self, service: str, replica: int = 0) -> str:
         """The /metrics text of a service's replica (Compose binds it on the
         container's network address, for Prometheus)."""
-        networks = self.containers(service)[replica]["NetworkSettings"]["Networks"]
-        url = f"http://{networks['recserve']['IPAddress']}:{METRICS_PORTS[service]}/metrics"
+        url = f"http://{ip(self.containers(service)[replica])}:{METRICS_PORTS[service]}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
 
