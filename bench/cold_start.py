@@ -9,7 +9,7 @@ draw of a tenth (which moved the ratio by 0.1 between seeds). Two
 protocols: their last 10 ratings (the main split's), and their first 10
 (what a new user rates first). Lists are the top 100 over all items. The
 served row is what the gateway answers: the build's segment lists
-(pipelines/cold_start.py) made from this fold's tower.
+(pipelines/cold_start.py) made from this fold's training users.
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from recserve_model import cold_start as segment
 from rich.progress import Progress
 
 from pipelines import cold_start, dataset
 from pipelines.evaluate import metrics_at
+from pipelines.models import TwoTower
 from pipelines.train import (
+    Inputs,
     TrainConfig,
     build_spec,
     encode_inputs,
@@ -34,7 +37,8 @@ from pipelines.train import (
 )
 
 AGE_BUCKETS = [0, 18, 25, 35, 45, 56, 200]
-SERVED = "served: tower + popularity + first ratings, by segment"
+SERVED = "served: attributes -> first ratings, by segment"
+BEFORE = "tower + popularity + 2 x first ratings"
 Ranker = Callable[[int, str], np.ndarray]
 
 
@@ -80,15 +84,13 @@ def _fold(data: dataset.MovieLens, cold: set[str]) -> dict[str, dict[str, dict[s
     }
     cold_users = sorted(cold)
     features = np.stack([inputs.user_features[u] for u in cold_users])
-    zeros = np.zeros(spec.num_rows)
-    tower_scores = cold_start.attribute_scores(tower, features, vectors, zeros)
+    tower_scores = _attribute_scores(tower, features, vectors)
     popularity = inputs.popularity.copy()
     popularity[0] = -1
-    log_pop = np.log1p(np.maximum(popularity, 0))
-    log_pop /= log_pop.max()
-    first_ratings = cold_start.onboarding_popularity(warm.train, inputs)
+    log_pop = _log_scaled(popularity)
+    first_ratings = _first_ratings_popularity(warm.train, inputs)
     served = cold_start.segment_lists(
-        tower, inputs, vectors, warm.train, sorted(data.users["occupation"].unique())
+        warm.train, data.users, encoder, sorted(data.users["occupation"].unique())
     )["lists"]
     segments = _segment_counts(warm.train, data.users)
     profile = data.users.set_index("user_id")
@@ -117,6 +119,7 @@ def _fold(data: dataset.MovieLens, cold: set[str]) -> dict[str, dict[str, dict[s
         "tower + log-popularity": lambda i, u: top(tower_scores[i] + log_pop),
         "gender x age popularity": lambda i, u: top(segment_scores(u)),
         "first-ratings popularity": lambda i, u: top(first_ratings + 1e-3 * log_pop),
+        BEFORE: lambda i, u: top(tower_scores[i] + log_pop + 2 * first_ratings),
         SERVED: lambda i, u: encoder.item_rows(served[segment_key(u)][:100]),
     }
     out: dict[str, dict[str, dict[str, float]]] = {}
@@ -140,3 +143,24 @@ def _segment_counts(train: pd.DataFrame, users: pd.DataFrame) -> dict[tuple[str,
     return {
         key: group.groupby("item_id").size() for key, group in joined.groupby(["gender", "bucket"])
     }
+
+
+def _log_scaled(counts: np.ndarray) -> np.ndarray:
+    logged = np.log1p(np.maximum(counts, 0).astype(np.float64))
+    return logged / logged.max()
+
+
+def _first_ratings_popularity(train: pd.DataFrame, inputs: Inputs) -> np.ndarray:
+    """log(1 + how often an item is among users' first ratings), in [0, 1]."""
+    counts = cold_start.first_ratings(train).groupby("item_id").size()
+    values = np.zeros(inputs.encoder.spec.num_rows, dtype=np.float64)
+    values[inputs.encoder.item_rows(list(counts.index))] = counts.to_numpy()
+    return _log_scaled(values)
+
+
+@torch.no_grad()
+def _attribute_scores(tower: TwoTower, features: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """[users, items]: the user tower's scores for these features and no history."""
+    empty = torch.zeros(len(features), 20, dtype=torch.int64)
+    users = tower.user(torch.from_numpy(features.astype(np.float32)), empty).numpy()
+    return users.astype(np.float64) @ vectors.T.astype(np.float64)

@@ -135,7 +135,7 @@ def train_and_export(
     )
     (out / "popular.json").write_text(json.dumps(popular_lists(tables)))
     occupations = sorted(data.users["occupation"].unique())
-    lists = cold_start.segment_lists(tower, inputs, vectors, split.train, occupations)
+    lists = cold_start.segment_lists(split.train, data.users, inputs.encoder, occupations)
     (out / segment.FILE).write_text(json.dumps(lists))
     console.print("exporting ONNX models")
     paths = {
