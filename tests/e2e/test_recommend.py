@@ -276,6 +276,19 @@ FRESH_USERS = {
 }
 
 
+def degraded_by(stub, user_id: str, reasons: set[str], tries: int = 5) -> pb.RecommendResponse:
+    """A Recommend reply, asked again while another stage than the one down
+    missed its deadline: on a busy host that happens too (once in Compose,
+    FEATURES_TIMEOUT with Triton frozen), and such a reply says nothing
+    about the dependency down. Any other reply is returned, to be checked."""
+    for _ in range(tries):
+        reply = stub.Recommend(pb.RecommendRequest(user_id=user_id, k=10, debug=True), timeout=2)
+        reason = REASON(reply.degraded_reason).removeprefix("DEGRADED_REASON_")
+        if reason in reasons or not reason.endswith("_TIMEOUT"):
+            return reply
+    return reply
+
+
 @pytest.mark.parametrize(
     "marker, reasons, source",
     [
@@ -301,9 +314,7 @@ def test_each_dependency_down_degrades_then_recovers(
     ranking_down = marker in ("services.ranker", "tritonserver")
     with frozen(stack, marker):
         for user_id in (*warm, *FRESH_USERS[marker]):
-            reply = stub.Recommend(
-                pb.RecommendRequest(user_id=user_id, k=10, debug=True), timeout=2
-            )
+            reply = degraded_by(stub, user_id, reasons)
             assert reply.degraded, marker
             assert REASON(reply.degraded_reason).removeprefix("DEGRADED_REASON_") in reasons
             expected = source
