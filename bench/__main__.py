@@ -236,11 +236,12 @@ def ranker(
     seconds: float = 5.0,
     work_dir: Path = Path("build/bench-ranker"),
     parts: Annotated[
-        str, typer.Option(help="Any of batching,batching-user,gather,memory.")
-    ] = "batching,batching-user,gather,memory",
+        str, typer.Option(help="Any of batching,batching-user,gather,memory,affinity.")
+    ] = "batching,batching-user,gather,memory,affinity",
     out: Path | None = None,
 ) -> None:
-    """Batching on vs off; in-graph gather vs per-request table; fp32 vs int8 memory."""
+    """Batching on vs off; in-graph gather vs per-request table; fp32 vs int8
+    memory; what the affinity costs per Score, piece by piece."""
     import shutil
 
     import psutil
@@ -286,6 +287,11 @@ def ranker(
         memory["int8_over_fp32"] = round(memory["ranker_int8"] / memory["ranker"], 3)
         console.print(f"Triton resident memory after touching every row (MB): {memory}")
         results["resident_memory_mb"] = memory
+    if "affinity" in wanted:
+        from bench.affinity_profile import profile
+
+        results["affinity"] = profile(artifact, work_dir / "affinity")
+        console.print(f"the affinity per Score, CPU microseconds: {results['affinity']}")
     write(out, results)
 
 
