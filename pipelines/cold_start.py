@@ -33,6 +33,18 @@ L2 = 1e-3
 MAX_ITERATIONS = 300
 
 
+def attribute_columns(users: pd.DataFrame, occupations: list[str]) -> np.ndarray:
+    """One-hot gender, age band and occupation, one row per user."""
+    bands = len(AGE_BANDS) - 1
+    out = np.zeros((len(users), len(GENDERS) + bands + len(occupations)), np.float32)
+    rows = np.arange(len(users))
+    out[rows, [GENDERS.index(g) for g in users["gender"]]] = 1
+    out[rows, [len(GENDERS) + band(float(a)) for a in users["age"]]] = 1
+    at = {o: i for i, o in enumerate(occupations)}
+    out[rows, [len(GENDERS) + bands + at[o] for o in users["occupation"]]] = 1
+    return out
+
+
 @dataclass
 class OnboardingModel:
     """Logits over item rows (row 0, out of vocabulary, included) for new
@@ -42,19 +54,8 @@ class OnboardingModel:
     bias: np.ndarray  # [item rows]
     occupations: list[str]
 
-    def columns(self, users: pd.DataFrame) -> np.ndarray:
-        """One-hot gender, age band and occupation, one row per user."""
-        bands = len(AGE_BANDS) - 1
-        out = np.zeros((len(users), len(GENDERS) + bands + len(self.occupations)), np.float32)
-        rows = np.arange(len(users))
-        out[rows, [GENDERS.index(g) for g in users["gender"]]] = 1
-        out[rows, [len(GENDERS) + band(float(a)) for a in users["age"]]] = 1
-        at = {o: i for i, o in enumerate(self.occupations)}
-        out[rows, [len(GENDERS) + bands + at[o] for o in users["occupation"]]] = 1
-        return out
-
     def scores(self, users: pd.DataFrame) -> np.ndarray:
-        return self.columns(users) @ self.weights + self.bias[None, :]
+        return attribute_columns(users, self.occupations) @ self.weights + self.bias[None, :]
 
 
 def first_ratings(train: pd.DataFrame) -> pd.DataFrame:
@@ -70,8 +71,7 @@ def fit(
     attributes share a row: the loss is the count-weighted cross-entropy of
     each distinct attribute row, the same objective as one row per rating."""
     first = first_ratings(train).merge(users, on="user_id")
-    model = OnboardingModel(np.zeros(0), np.zeros(0), occupations)
-    columns, group = np.unique(model.columns(first), axis=0, return_inverse=True)
+    columns, group = np.unique(attribute_columns(first, occupations), axis=0, return_inverse=True)
     counts = np.zeros((len(columns), encoder.spec.num_rows), np.float32)
     np.add.at(counts, (group.ravel(), encoder.item_rows(list(first["item_id"]))), 1)
     x, y = torch.from_numpy(columns), torch.from_numpy(counts / len(first))
