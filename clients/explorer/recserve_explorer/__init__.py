@@ -1,0 +1,1 @@
+"""The recommendation explorer: an example app backend on the Python client."""

@@ -1,0 +1,106 @@
+"""The asyncio client: the same calls as RecserveClient, awaited."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from recserve_client import convert
+from recserve_client._proto import recommend_pb2_grpc
+from recserve_client.channel import call_metadata, open_aio_channel
+from recserve_client.client import DEFAULT_TARGET
+from recserve_client.errors import from_rpc_error
+from recserve_client.options import ClientOptions
+from recserve_client.results import ItemFilter, Recommendations, UserAttributes
+
+
+class AsyncRecserveClient:
+    """Make it inside the event loop that uses it, one per process; its
+    channel belongs to that loop."""
+
+    def __init__(self, target: str = DEFAULT_TARGET, options: ClientOptions | None = None) -> None:
+        self.target = target
+        self.options = options or ClientOptions()
+        self._metadata = call_metadata(target, self.options)
+        self._channel = open_aio_channel(target, self.options)
+        self._stub = recommend_pb2_grpc.RecommendServiceStub(self._channel)
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        return self._channel
+
+    async def _call(self, method: Any, request: Any, timeout_s: float | None) -> Recommendations:
+        try:
+            reply = await method(
+                request, timeout=timeout_s or self.options.timeout_s, metadata=self._metadata
+            )
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+        return convert.recommendations(reply)
+
+    async def recommend(
+        self,
+        user_id: str,
+        k: int = 10,
+        *,
+        categories: Sequence[str] = (),
+        exclude_item_ids: Sequence[str] = (),
+        item_filter: ItemFilter | None = None,
+        attributes: UserAttributes | None = None,
+        debug: bool = False,
+        request_id: str = "",
+        timeout_s: float | None = None,
+    ) -> Recommendations:
+        request = convert.recommend_request(
+            user_id,
+            k,
+            categories=categories,
+            exclude_item_ids=exclude_item_ids,
+            item_filter=item_filter,
+            attributes=attributes,
+            debug=debug,
+            request_id=request_id,
+        )
+        return await self._call(self._stub.Recommend, request, timeout_s)
+
+    async def similar_items(
+        self,
+        item_id: str,
+        k: int = 10,
+        *,
+        user_id: str = "",
+        categories: Sequence[str] = (),
+        exclude_item_ids: Sequence[str] = (),
+        item_filter: ItemFilter | None = None,
+        debug: bool = False,
+        request_id: str = "",
+        timeout_s: float | None = None,
+    ) -> Recommendations:
+        request = convert.similar_request(
+            item_id,
+            k,
+            user_id=user_id,
+            categories=categories,
+            exclude_item_ids=exclude_item_ids,
+            item_filter=item_filter,
+            debug=debug,
+            request_id=request_id,
+        )
+        return await self._call(self._stub.SimilarItems, request, timeout_s)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncRecserveClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,85 @@
+"""Typed results and request inputs, independent of the generated classes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ItemFilter:
+    """Any-of categories (empty: every category) and ids never to return."""
+
+    categories: Sequence[str] = ()
+    exclude_item_ids: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class UserAttributes:
+    """A new user's sign-up data: answered with the list for users like them."""
+
+    age: int
+    gender: str
+    occupation: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why an item is in the list (only with ``debug=True``).
+
+    ``stage``: "rank" (retrieved, then ranked) or the fallback the item came
+    from ("retrieval_order", "precomputed", "attributes", "popular")."""
+
+    stage: str
+    retrieval_score: float
+    retrieval_rank: int
+    ranker_score: float
+    affinity: float
+
+
+@dataclass(frozen=True)
+class Item:
+    item_id: str
+    score: float
+    title: str
+    categories: tuple[str, ...]
+    explanation: Explanation | None = None
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    stage: str
+    duration_ms: float
+
+
+@dataclass(frozen=True)
+class Recommendations:
+    """One answer of Recommend or SimilarItems.
+
+    A degraded answer is still an answer: ``degraded_reason`` names the
+    stage and failure ("RETRIEVER_TIMEOUT"), ``fallback_source`` where its
+    items came from ("POPULAR"; Recommend only). ``recommendation_id`` is
+    the id to report outcomes against once the service issues one (None
+    until then); ``raw`` is the reply message itself, for fields newer than
+    this class."""
+
+    request_id: str
+    items: tuple[Item, ...]
+    degraded: bool
+    degraded_reason: str | None
+    fallback_source: str | None
+    model_version: str
+    stage_timings: tuple[StageTiming, ...]
+    recommendation_id: str | None = None
+    raw: Any = None
+
+    @property
+    def item_ids(self) -> list[str]:
+        return [item.item_id for item in self.items]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (``raw`` left out)."""
+        data = asdict(self)
+        data.pop("raw")
+        return data

@@ -1,0 +1,130 @@
+// The client: one HTTP/2 connection to Envoy (kept alive with pings),
+// gRPC over it through Connect, deadlines and the retry policy on every read.
+import { create } from "@bufbuild/protobuf";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { fromError } from "./errors.js";
+import {
+  RecommendRequestSchema,
+  RecommendService,
+  SimilarItemsRequestSchema,
+} from "./gen/recserve/recommend/v1/recommend_pb.js";
+import {
+  DEFAULT_TARGET,
+  DEFAULT_TIMEOUT_MS,
+  isLoopback,
+  retryPolicy,
+  type ClientOptions,
+} from "./options.js";
+import { recommendations, type Recommendations, type UserAttributes } from "./results.js";
+import { retryInterceptor } from "./retry.js";
+
+export interface CallOptions {
+  k?: number;
+  categories?: string[];
+  excludeItemIds?: string[];
+  debug?: boolean;
+  requestId?: string;
+  /** This call's deadline, retries included (default: the client's). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface RecommendOptions extends CallOptions {
+  attributes?: UserAttributes;
+}
+
+export interface SimilarOptions extends CallOptions {
+  /** Rank the neighbours for this user. */
+  userId?: string;
+}
+
+export class RecserveClient {
+  readonly target: string;
+  private readonly session: Http2SessionManager;
+  private readonly client: Client<typeof RecommendService>;
+  private readonly timeoutMs: number;
+
+  /** Make one per process and keep it: it holds one connection. */
+  constructor(options: ClientOptions = {}) {
+    this.target = options.target ?? DEFAULT_TARGET;
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const tls = options.tls;
+    if (options.token && !tls && !isLoopback(this.target)) {
+      throw new RangeError("token: sent only over TLS or to a loopback address");
+    }
+    const baseUrl = `${tls ? "https" : "http"}://${this.target}`;
+    this.session = new Http2SessionManager(
+      baseUrl,
+      {
+        pingIntervalMs: options.keepaliveIntervalMs ?? 30_000,
+        pingTimeoutMs: options.keepaliveTimeoutMs ?? 10_000,
+        pingIdleConnection: true,
+      },
+      tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.serverName } : {},
+    );
+    const interceptors: Interceptor[] = [];
+    const token = options.token;
+    if (token) {
+      interceptors.push((next) => (req) => {
+        req.header.set("authorization", `Bearer ${token}`);
+        return next(req);
+      });
+    }
+    const policy = retryPolicy(options.retry);
+    if (policy) interceptors.push(retryInterceptor(policy, options.onAttempt));
+    else if (options.onAttempt) {
+      const onAttempt = options.onAttempt;
+      interceptors.push((next) => (req) => (onAttempt(req.method.name, 1), next(req)));
+    }
+    const transport = createGrpcTransport({
+      baseUrl,
+      sessionManager: this.session,
+      interceptors,
+    });
+    this.client = createClient(RecommendService, transport);
+  }
+
+  private call(options: CallOptions) {
+    return { timeoutMs: options.timeoutMs ?? this.timeoutMs, signal: options.signal };
+  }
+
+  /** The top `k` items for a user, best first. */
+  async recommend(userId: string, options: RecommendOptions = {}): Promise<Recommendations> {
+    const request = create(RecommendRequestSchema, {
+      requestId: options.requestId ?? "",
+      userId,
+      k: options.k ?? 10,
+      filter: { categories: options.categories ?? [], excludeItemIds: options.excludeItemIds ?? [] },
+      debug: options.debug ?? false,
+      attributes: options.attributes,
+    });
+    try {
+      return recommendations(await this.client.recommend(request, this.call(options)));
+    } catch (error) {
+      throw fromError(error);
+    }
+  }
+
+  /** Items similar to `itemId`; ranked for `userId` when given. */
+  async similarItems(itemId: string, options: SimilarOptions = {}): Promise<Recommendations> {
+    const request = create(SimilarItemsRequestSchema, {
+      requestId: options.requestId ?? "",
+      itemId,
+      k: options.k ?? 10,
+      filter: { categories: options.categories ?? [], excludeItemIds: options.excludeItemIds ?? [] },
+      userId: options.userId ?? "",
+      debug: options.debug ?? false,
+    });
+    try {
+      return recommendations(await this.client.similarItems(request, this.call(options)));
+    } catch (error) {
+      throw fromError(error);
+    }
+  }
+
+  /** Closes the connection; calls after it fail. */
+  close(): void {
+    this.session.abort();
+  }
+}

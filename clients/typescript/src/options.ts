@@ -1,0 +1,89 @@
+// What a client is configured with; the defaults match the Python client's
+// (docs/clients.md says why).
+
+/** The idempotent reads: the only methods the retry policy applies to. */
+export const READ_METHODS = ["Recommend", "SimilarItems"] as const;
+
+/** gRPC status names a policy may never retry: a refused request stays refused. */
+export const NEVER_RETRIED: ReadonlySet<string> = new Set([
+  "INVALID_ARGUMENT",
+  "NOT_FOUND",
+  "ALREADY_EXISTS",
+  "PERMISSION_DENIED",
+  "UNAUTHENTICATED",
+  "FAILED_PRECONDITION",
+  "OUT_OF_RANGE",
+  "UNIMPLEMENTED",
+  "DEADLINE_EXCEEDED",
+]);
+
+export interface RetryPolicy {
+  /** Attempts in all, the first included (2 to 5). */
+  maxAttempts: number;
+  /** An attempt not answered by then is abandoned and sent again; null: off. */
+  attemptTimeoutMs: number | null;
+  initialBackoffMs: number;
+  maxBackoffMs: number;
+  backoffMultiplier: number;
+  /** gRPC status names ("UNAVAILABLE") retried after a failed attempt. */
+  retryableCodes: string[];
+  /** Retries stop while more than half of these tokens are spent. */
+  throttleMaxTokens: number;
+  throttleTokenRatio: number;
+}
+
+export const DEFAULT_RETRY: Readonly<RetryPolicy> = Object.freeze({
+  maxAttempts: 3,
+  attemptTimeoutMs: 300,
+  initialBackoffMs: 20,
+  maxBackoffMs: 200,
+  backoffMultiplier: 2,
+  retryableCodes: ["UNAVAILABLE"],
+  throttleMaxTokens: 10,
+  throttleTokenRatio: 1,
+});
+
+export interface TlsOptions {
+  /** PEM of the CA to trust; Node's bundled CAs when absent. */
+  ca?: string | Buffer;
+  /** A client certificate and its key, for mutual TLS. */
+  cert?: string | Buffer;
+  key?: string | Buffer;
+  /** The name to expect in the server's certificate. */
+  serverName?: string;
+}
+
+export interface ClientOptions {
+  /** host:port of Envoy's public listener. */
+  target?: string;
+  /** The whole call's deadline, retries included. */
+  timeoutMs?: number;
+  /** null: no retries at all. */
+  retry?: Partial<RetryPolicy> | null;
+  tls?: TlsOptions;
+  /** Sent as `authorization: Bearer <token>`; only over TLS or to loopback. */
+  token?: string;
+  keepaliveIntervalMs?: number;
+  keepaliveTimeoutMs?: number;
+  /** Called for each attempt sent (1 for the first): for metrics and tests. */
+  onAttempt?: (method: string, attempt: number) => void;
+}
+
+export const DEFAULT_TARGET = "127.0.0.1:8080";
+export const DEFAULT_TIMEOUT_MS = 1000;
+
+export function retryPolicy(given: Partial<RetryPolicy> | null | undefined): RetryPolicy | null {
+  if (given === null) return null;
+  const policy = { ...DEFAULT_RETRY, ...given };
+  if (policy.maxAttempts < 2 || policy.maxAttempts > 5) {
+    throw new RangeError("maxAttempts: 2 to 5");
+  }
+  const refused = policy.retryableCodes.filter((c) => NEVER_RETRIED.has(c));
+  if (refused.length) throw new RangeError(`retryableCodes: ${refused} must never be retried`);
+  return policy;
+}
+
+export function isLoopback(target: string): boolean {
+  const host = target.startsWith("[") ? target.slice(1, target.indexOf("]")) : target.split(":")[0];
+  return host === "localhost" || host === "::1" || host.startsWith("127.");
+}

@@ -1,0 +1,94 @@
+// Typed results, independent of the generated classes.
+import {
+  DegradedReason,
+  FallbackSource,
+  type RecommendedItem,
+  type RecommendResponse,
+  type SimilarItemsResponse,
+} from "./gen/recserve/recommend/v1/recommend_pb.js";
+
+export interface Explanation {
+  /** "rank", or the fallback the item came from ("retrieval_order", "precomputed", ...). */
+  stage: string;
+  retrievalScore: number;
+  /** 0-based; -1 for a fallback item. */
+  retrievalRank: number;
+  rankerScore: number;
+  affinity: number;
+}
+
+export interface Item {
+  itemId: string;
+  score: number;
+  title: string;
+  categories: string[];
+  /** Only with `debug: true`. */
+  explanation: Explanation | null;
+}
+
+export interface StageTiming {
+  stage: string;
+  durationMs: number;
+}
+
+export interface Recommendations {
+  requestId: string;
+  items: Item[];
+  degraded: boolean;
+  /** "COLD_START", "RETRIEVER_TIMEOUT", ...; null for a full answer. */
+  degradedReason: string | null;
+  /** Where a degraded answer's items came from ("POPULAR"); Recommend only. */
+  fallbackSource: string | null;
+  modelVersion: string;
+  stageTimings: StageTiming[];
+  /** The id to report outcomes against once the service issues one; null until then. */
+  recommendationId: string | null;
+  /** The reply message itself, for fields newer than this type. */
+  raw: RecommendResponse | SimilarItemsResponse;
+}
+
+export interface UserAttributes {
+  age: number;
+  gender: string;
+  occupation: string;
+}
+
+function enumName(names: Record<number, string>, value: number): string | null {
+  if (!value) return null;
+  return names[value] ?? `UNKNOWN_${value}`;
+}
+
+function item(i: RecommendedItem): Item {
+  const e = i.explanation;
+  return {
+    itemId: i.itemId,
+    score: i.score,
+    title: i.title,
+    categories: [...i.categories],
+    explanation: e
+      ? {
+          stage: e.stage,
+          retrievalScore: e.retrievalScore,
+          retrievalRank: e.retrievalRank,
+          rankerScore: e.rankerScore,
+          affinity: e.affinity,
+        }
+      : null,
+  };
+}
+
+export function recommendations(reply: RecommendResponse | SimilarItemsResponse): Recommendations {
+  const source = "fallbackSource" in reply ? reply.fallbackSource : 0;
+  const id = (reply as { recommendationId?: unknown }).recommendationId;
+  return {
+    requestId: reply.requestId,
+    items: reply.items.map(item),
+    degraded: reply.degraded,
+    degradedReason: enumName(DegradedReason, reply.degradedReason),
+    fallbackSource: enumName(FallbackSource, source),
+    modelVersion: reply.modelVersion,
+    stageTimings: reply.stageTimings.map((t) => ({ stage: t.stage, durationMs: t.durationMs })),
+    recommendationId: typeof id === "string" && id ? id : null,
+    raw: reply,
+  };
+}

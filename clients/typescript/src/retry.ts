@@ -1,0 +1,101 @@
+// Retries and per-attempt timeouts of the read calls, as an interceptor.
+// Connect has no gRPC service config, so the policy the Python client gets
+// from its channel's service config is carried out here with the same
+// rules: only the idempotent reads, only retryable codes, within the call's
+// one deadline, and a token bucket that stops retries while calls keep
+// failing.
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { statusName } from "./errors.js";
+import { READ_METHODS, type RetryPolicy } from "./options.js";
+
+export const SERVICE = "recserve.recommend.v1.RecommendService";
+const UNIT_MS: Record<string, number> = { H: 3.6e6, M: 6e4, S: 1e3, m: 1, u: 1e-3, n: 1e-6 };
+
+/** gRPC's retry throttling: retries only while more than half the tokens are left. */
+class Throttle {
+  private tokens: number;
+  constructor(
+    private readonly max: number,
+    private readonly ratio: number,
+  ) {
+    this.tokens = max;
+  }
+  failure(): void {
+    this.tokens = Math.max(0, this.tokens - 1);
+  }
+  success(): void {
+    this.tokens = Math.min(this.max, this.tokens + this.ratio);
+  }
+  allows(): boolean {
+    return this.tokens > this.max / 2;
+  }
+}
+
+function deadlineOf(header: Headers): number {
+  const match = /^(\d{1,8})([HMSmun])$/.exec(header.get("grpc-timeout") ?? "");
+  return match ? Date.now() + Number(match[1]) * UNIT_MS[match[2]] : Number.POSITIVE_INFINITY;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+  });
+}
+
+export function retryInterceptor(
+  policy: RetryPolicy,
+  onAttempt?: (method: string, attempt: number) => void,
+): Interceptor {
+  const throttle = new Throttle(policy.throttleMaxTokens, policy.throttleTokenRatio);
+  const reads: readonly string[] = READ_METHODS;
+  return (next) => async (req) => {
+    const method = req.method.name;
+    if (req.stream || req.service.typeName !== SERVICE || !reads.includes(method)) {
+      onAttempt?.(method, 1);
+      return next(req);
+    }
+    const deadline = deadlineOf(req.header);
+    let backoff = policy.initialBackoffMs;
+    for (let attempt = 1; ; attempt++) {
+      onAttempt?.(method, attempt);
+      const last = attempt >= policy.maxAttempts;
+      const abandon = new AbortController();
+      let abandoned = false;
+      // The last attempt, and any while retries are throttled, runs to the
+      // call's deadline: abandoning it could only fail the call early.
+      const timer =
+        policy.attemptTimeoutMs === null || last || !throttle.allows()
+          ? undefined
+          : setTimeout(() => {
+              abandoned = true;
+              abandon.abort(new ConnectError("attempt timed out", Code.DeadlineExceeded));
+            }, policy.attemptTimeoutMs);
+      const header = new Headers(req.header);
+      if (Number.isFinite(deadline)) {
+        header.set("grpc-timeout", `${Math.max(1, Math.ceil(deadline - Date.now()))}m`);
+      }
+      try {
+        const response = await next({
+          ...req,
+          header,
+          signal: AbortSignal.any([req.signal, abandon.signal]),
+        });
+        throttle.success();
+        return response;
+      } catch (error) {
+        const code = statusName(ConnectError.from(error).code);
+        if (req.signal.aborted || !(abandoned || policy.retryableCodes.includes(code))) {
+          throw error;
+        }
+        throttle.failure();
+        const wait = Math.random() * backoff;
+        if (last || !throttle.allows() || Date.now() + wait >= deadline) throw error;
+        await sleep(wait, req.signal);
+        backoff = Math.min(backoff * policy.backoffMultiplier, policy.maxBackoffMs);
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+  };
+}

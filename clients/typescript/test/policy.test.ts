@@ -1,0 +1,120 @@
+// The client against an in-process server: the retry policy, the errors,
+// the typed results, tokens. No stack needed.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import {
+  InvalidRequestError,
+  NotFoundError,
+  RecserveClient,
+  UnavailableError,
+  type ClientOptions,
+} from "../src/index.js";
+import { Code, fakeServer, type FakeServer } from "./fake-server.js";
+
+let server: FakeServer;
+before(async () => {
+  server = await fakeServer();
+});
+after(() => server.close());
+
+async function withClient<T>(fn: (c: RecserveClient) => Promise<T>, options: ClientOptions = {}) {
+  server.actions = [];
+  server.attempts = [];
+  const client = new RecserveClient({ target: server.target, ...options });
+  try {
+    return await fn(client);
+  } finally {
+    client.close();
+  }
+}
+
+test("typed results with explanations and timings", () =>
+  withClient(async (client) => {
+    const answer = await client.recommend("42", { k: 3, debug: true, requestId: "r1" });
+    assert.equal(answer.requestId, "r1");
+    assert.deepEqual(answer.items.map((i) => i.itemId), ["1", "2", "3"]);
+    assert.equal(answer.items[0].explanation?.stage, "rank");
+    assert.deepEqual(answer.stageTimings, [{ stage: "features", durationMs: 1.5 }]);
+    assert.equal(answer.degraded, false);
+    assert.equal(answer.recommendationId, null);
+    const plain = await client.recommend("42", { k: 2 });
+    assert.equal(plain.items[0].explanation, null);
+    const cold = await client.recommend("new-1", { k: 2 });
+    assert.equal(cold.degradedReason, "COLD_START");
+    assert.equal(cold.fallbackSource, "POPULAR");
+    const similar = await client.similarItems("1", { k: 4 });
+    assert.equal(similar.items.length, 4);
+    assert.equal(similar.fallbackSource, null);
+  }));
+
+test("UNAVAILABLE is retried within one call", () =>
+  withClient(async (client) => {
+    server.actions = [
+      { fail: Code.Unavailable, message: "down" },
+      { fail: Code.Unavailable, message: "down" },
+    ];
+    assert.equal((await client.recommend("42", { k: 2 })).items.length, 2);
+    assert.equal(server.attempts.length, 3);
+  }));
+
+test("a hung attempt is abandoned and sent again", () =>
+  withClient(async (client) => {
+    server.actions = [{ hangMs: 2000 }];
+    const started = Date.now();
+    assert.equal((await client.recommend("42", { k: 2 })).items.length, 2);
+    assert.ok(Date.now() - started < 900, `took ${Date.now() - started} ms`);
+    assert.equal(server.attempts.length, 2);
+  }));
+
+test("a bad request raises at once, unretried, naming the field", () =>
+  withClient(async (client) => {
+    server.actions = [{ fail: Code.InvalidArgument, message: "filter.exclude_item_ids[1]: bad" }];
+    const started = Date.now();
+    await assert.rejects(client.recommend("42", { k: 5 }), (error: unknown) => {
+      assert.ok(error instanceof InvalidRequestError);
+      assert.equal(error.code, "INVALID_ARGUMENT");
+      assert.equal(error.field, "filter.exclude_item_ids[1]");
+      assert.equal(error.problem, "bad");
+      return true;
+    });
+    assert.ok(Date.now() - started < 200);
+    assert.equal(server.attempts.length, 1);
+    server.actions = [{ fail: Code.NotFound, message: "item_id: no such item" }];
+    await assert.rejects(client.similarItems("x"), NotFoundError);
+    assert.equal(server.attempts.length, 2);
+  }));
+
+test("retries end at max attempts with UNAVAILABLE", () =>
+  withClient(async (client) => {
+    server.actions = Array(5).fill({ fail: Code.Unavailable, message: "down" });
+    await assert.rejects(client.recommend("42"), UnavailableError);
+    assert.equal(server.attempts.length, 3);
+  }));
+
+test("without a policy nothing is retried", () =>
+  withClient(
+    async (client) => {
+      server.actions = [{ fail: Code.Unavailable, message: "down" }];
+      await assert.rejects(client.recommend("42"), UnavailableError);
+      assert.equal(server.attempts.length, 1);
+    },
+    { retry: null },
+  ));
+
+test("a policy cannot retry client errors", () => {
+  assert.throws(
+    () => new RecserveClient({ retry: { retryableCodes: ["UNAVAILABLE", "NOT_FOUND"] } }),
+    /never be retried/,
+  );
+});
+
+test("the token is sent, and never in plaintext to another host", async () => {
+  await withClient(
+    async (client) => {
+      await client.recommend("42", { k: 1 });
+      assert.equal(server.attempts[0].authorization, "Bearer t0k");
+    },
+    { token: "t0k" },
+  );
+  assert.throws(() => new RecserveClient({ target: "recserve.example:8080", token: "t" }), /TLS/);
+});

@@ -1,0 +1,64 @@
+// The client against a running stack through Envoy: RECSERVE_ENVOY_ADDRESS
+// (host:port) says where; without it these tests are skipped.
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { InvalidRequestError, NotFoundError, RecserveClient } from "../src/index.js";
+
+const target = process.env.RECSERVE_ENVOY_ADDRESS;
+const skip = target ? false : "RECSERVE_ENVOY_ADDRESS is not set";
+const attempts: string[] = [];
+const client = new RecserveClient({ target, onAttempt: (method) => attempts.push(method) });
+after(() => client.close());
+
+async function fullAnswer(userId: string) {
+  for (let n = 0; n < 50; n++) {
+    const answer = await client.recommend(userId, { k: 10, debug: true });
+    if (!answer.degraded) return answer;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  throw new Error(`no full answer for ${userId}`);
+}
+
+test("a user's list: sorted, titled, timed", { skip }, async () => {
+  const answer = await fullAnswer("42");
+  assert.equal(answer.items.length, 10);
+  const scores = answer.items.map((i) => i.score);
+  assert.deepEqual(scores, [...scores].sort((a, b) => b - a));
+  assert.ok(answer.items.every((i) => i.title && i.categories.length));
+  assert.ok(answer.modelVersion && answer.requestId);
+  assert.ok(answer.stageTimings.some((t) => t.stage === "rank"));
+});
+
+test("debug answers explain each item", { skip }, async () => {
+  const answer = await fullAnswer("42");
+  for (const item of answer.items) {
+    assert.ok(item.explanation, `no explanation for ${item.itemId}`);
+    assert.equal(item.explanation.stage, "rank");
+    assert.ok(item.explanation.retrievalRank >= 0);
+  }
+});
+
+test("similar items and a new user's degraded answer", { skip }, async () => {
+  const similar = await client.similarItems("1", { k: 10 });
+  assert.equal(similar.items.length, 10);
+  assert.ok(!similar.items.some((i) => i.itemId === "1"));
+  const cold = await client.recommend("ts-new-user", { k: 5 });
+  assert.equal(cold.degraded, true);
+  assert.equal(cold.degradedReason, "COLD_START");
+  assert.equal(cold.fallbackSource, "POPULAR");
+  assert.equal(cold.items.length, 5);
+});
+
+test("a bad request raises at once, unretried", { skip }, async () => {
+  await fullAnswer("42");
+  attempts.length = 0;
+  const started = Date.now();
+  await assert.rejects(client.recommend("42", { k: 0 }), (error: unknown) => {
+    assert.ok(error instanceof InvalidRequestError);
+    assert.equal(error.field, "k");
+    return true;
+  });
+  await assert.rejects(client.similarItems("no-such-item", { k: 5 }), NotFoundError);
+  assert.ok(Date.now() - started < 500, `took ${Date.now() - started} ms`);
+  assert.deepEqual(attempts, ["Recommend", "SimilarItems"]);
+});

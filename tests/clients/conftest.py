@@ -1,0 +1,67 @@
+"""A stack of the clients' own (the e2e package's is stopped by now), and
+what the client tests ask of it: a client to its Envoy, Envoy's counters."""
+
+from __future__ import annotations
+
+import os
+import signal
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+try:
+    import recserve_client  # noqa: F401
+except ImportError as error:  # the wheel, not the source tree, is what is tested
+    raise ImportError("recserve_client is not installed: `make clients` installs it") from error
+
+from tests.helpers import data_dir_with_artifacts, poll_until
+from tests.stack import RunningStack, running_stack
+
+
+@pytest.fixture(scope="package")
+def stack(built, tmp_path_factory) -> Iterator[RunningStack]:
+    data_dir = data_dir_with_artifacts(
+        tmp_path_factory.mktemp("clients") / "data", built.directory.parents[1]
+    )
+    with running_stack(data_dir) as running:
+        yield running
+
+
+@pytest.fixture
+def client(stack):
+    from recserve_client import RecserveClient
+
+    with RecserveClient(stack.envoy_address) as made:
+        yield made
+
+
+def full_answer(client, user_id: str = "42", **fields):
+    """A Recommend through the client, asked again until it is not degraded
+    (the stack may be starting or recovering)."""
+
+    def attempt():
+        answer = client.recommend(user_id, **fields)
+        return None if answer.degraded else answer
+
+    return poll_until(attempt, 60, 0.2, "a full (not degraded) answer")
+
+
+def envoy_counters(stack: RunningStack, *names: str) -> dict[str, int]:
+    """Envoy's counters by name (admin /stats, live values)."""
+    url = f"http://127.0.0.1:{stack.port('envoy_admin')}/stats"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    values = dict(line.split(": ", 1) for line in lines if ": " in line)
+    return {name: int(values.get(name, "0")) for name in names}
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """SIGSTOP a process (a hung component), SIGCONT it afterwards."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -1,0 +1,97 @@
+"""The recommendation explorer in a real browser (Debian's chromium driven
+by Playwright): the page loads, a user's history and list show, an
+explanation expands, the stage waterfall draws, similar items come, and a
+degraded answer is marked. Leaves its screenshot in docs/img/explorer.png."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.clients.conftest import full_answer
+from tests.helpers import free_port, poll_until
+from tests.stack import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT = ROOT / "docs" / "img" / "explorer.png"
+
+
+@pytest.fixture
+def explorer(stack):
+    port = free_port()
+    command = [sys.executable, str(ROOT / "clients" / "explorer" / "serve.py")]
+    command += ["--target", stack.envoy_address, "--port", str(port)]
+    command += ["--data-dir", str(stack.data_dir)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(process.stdout.read().decode() if process.stdout else "exited")
+        try:
+            with urllib.request.urlopen(f"{url}/api/config", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    try:
+        poll_until(up, 30, 0.1, "the explorer to serve")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_the_explorer_in_a_browser(stack, client, explorer):
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (make clients installs it)")
+    from playwright.sync_api import expect, sync_playwright
+
+    full_answer(client, "42", k=20)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{explorer}/?user=42")
+            expect(page.locator("#items .item")).to_have_count(20, timeout=15_000)
+            expect(page.locator("#history .history-item").first).to_be_visible()
+
+            def full() -> bool:  # a degraded first answer on a warming stack: ask again
+                if page.locator("#degraded").is_hidden():
+                    return True
+                page.click("#show")
+                page.wait_for_timeout(300)
+                return False
+
+            poll_until(full, 30, 0.2, "a full answer in the page")
+            expect(page.locator("#meta")).to_contain_text("model ")
+            assert page.locator("#waterfall .stage").count() >= 4
+            first = page.locator("#items .item").first
+            first.locator("summary").click()
+            explanation = first.locator(".explanation")
+            expect(explanation).to_be_visible()
+            page.locator("#items .item .similar-button").nth(1).click()
+            expect(page.locator("#similar .item")).to_have_count(10, timeout=10_000)
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+            page.fill("#user", "explorer-new-user")
+            page.click("#show")
+            degraded = page.locator("#degraded")
+            expect(degraded).to_be_visible(timeout=10_000)
+            expect(degraded).to_contain_text("COLD_START")
+            expect(degraded).to_contain_text("POPULAR")
+            expect(page.locator("#meta .degraded-mark")).to_contain_text("COLD_START")
+            expect(page.locator("#history")).to_contain_text("no history")
+            # What the server explained, in the expanded part of the full answer.
+            page.fill("#user", "42")
+            page.click("#show")
+            expect(page.locator("#items .item")).to_have_count(20, timeout=10_000)
+            page.locator("#items .item summary").first.click()
+            expect(page.locator("#items .item .explanation").first).to_contain_text("ranker score")
+        finally:
+            browser.close()

@@ -1,0 +1,137 @@
+"""The Python client against the real stack through Envoy: answers,
+explanations, a bad request, a frozen backend, a frozen and a killed gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+from recserve_client import AsyncRecserveClient, InvalidRequest, NotFound, RecserveClient
+
+from tests.clients.conftest import envoy_counters, frozen, full_answer
+from tests.helpers import poll_until
+
+ATTEMPTS = ("http.ingress.downstream_rq_total", "cluster.gateway.upstream_rq_total")
+RETRIES = "cluster.gateway.upstream_rq_retry"
+
+
+def test_answers_are_typed(client):
+    answer = full_answer(client, "42", k=10, debug=True)
+    assert len(answer.items) == 10 and answer.model_version and answer.request_id
+    scores = [i.score for i in answer.items]
+    assert scores == sorted(scores, reverse=True)
+    assert all(i.title and i.categories for i in answer.items)
+    assert {t.stage for t in answer.stage_timings} >= {"features", "retrieve", "rank"}
+    similar = client.similar_items("1", k=5)
+    assert len(similar.items) == 5 and "1" not in similar.item_ids
+    cold = client.recommend("client-new-user", k=5)
+    assert cold.degraded and cold.degraded_reason == "COLD_START"
+    assert cold.fallback_source == "POPULAR"
+
+
+def test_debug_answers_explain_each_item(client):
+    answer = full_answer(client, "42", k=10, debug=True)
+    for item in answer.items:
+        assert item.explanation is not None, item.item_id
+        assert item.explanation.stage == "rank" and item.explanation.retrieval_rank >= 0
+        assert item.explanation.ranker_score == pytest.approx(item.score)
+    assert all(i.explanation is None for i in client.recommend("42", k=5).items)
+
+
+def test_a_bad_request_raises_at_once_unretried(stack, client):
+    full_answer(client)
+    for call, field, kind in (
+        (lambda: client.recommend("42", k=0), "k", InvalidRequest),
+        (
+            lambda: client.recommend("42", k=5, categories=["comedy"]),
+            "filter.categories",
+            InvalidRequest,
+        ),
+        (lambda: client.similar_items("no-such-item", k=5), None, NotFound),
+    ):
+        before = envoy_counters(stack, *ATTEMPTS, RETRIES)
+        started = time.monotonic()
+        with pytest.raises(kind) as raised:
+            call()
+        elapsed = time.monotonic() - started
+        after = envoy_counters(stack, *ATTEMPTS, RETRIES)
+        assert elapsed < 0.25, elapsed  # not after a per-attempt timeout or a backoff
+        # One attempt from the client, one to a gateway, no retry by Envoy.
+        expected = {**dict.fromkeys(ATTEMPTS, 1), RETRIES: 0}
+        assert {n: after[n] - before[n] for n in after} == expected
+        if field is not None:
+            assert raised.value.field == field, raised.value.message
+
+
+@pytest.mark.parametrize("marker", ["services.retriever", "services.ranker"])
+def test_a_frozen_backend_degrades_the_answer_never_fails_it(stack, client, marker):
+    full_answer(client)
+    with frozen(stack.component_pid(marker)):
+        for user_id in ("11", "12", "13", "14", "15"):
+            started = time.monotonic()
+            answer = client.recommend(user_id, k=10)
+            assert time.monotonic() - started < client.options.timeout_s
+            # The fallback's list (popular items, less those the user saw): at most k.
+            assert answer.degraded and 0 < len(answer.items) <= 10, answer.degraded_reason
+    assert not full_answer(client).degraded
+
+
+def test_a_frozen_gateway_costs_the_caller_nothing(stack, client):
+    """One of two gateways hung: an attempt sent to it is abandoned after the
+    policy's attempt timeout and sent again, to the other one."""
+    full_answer(client)
+    gateways = stack.component_pids("services.gateway")
+    assert len(gateways) == 2
+    before = envoy_counters(stack, *ATTEMPTS)
+    calls = 0
+    with frozen(gateways[0]):
+        deadline = time.monotonic() + 3.0  # until Envoy's health checks eject it
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            answer = client.recommend(str(20 + calls), k=10)
+            assert time.monotonic() - started < client.options.timeout_s
+            assert len(answer.items) == 10
+            calls += 1
+    after = envoy_counters(stack, *ATTEMPTS)
+    sent = after[ATTEMPTS[0]] - before[ATTEMPTS[0]]
+    assert sent > calls, (sent, calls)  # attempts were abandoned and sent again
+    poll_until(lambda: not client.recommend("42", k=5).degraded, 30, 0.2, "full answers")
+
+
+async def test_a_killed_gateway_costs_the_caller_nothing(stack):
+    """SIGKILL of one of two gateways under load from the asyncio client: no
+    call fails (Envoy retries what the dead one held; the client what Envoy
+    could not place), and the runner brings the killed one back."""
+    with RecserveClient(stack.envoy_address) as warm:
+        full_answer(warm)
+    gateways = stack.component_pids("services.gateway")
+    assert len(gateways) == 2
+    errors: list[BaseException] = []
+    answered = 0
+
+    async def worker(client: AsyncRecserveClient, n: int, stop: float) -> None:
+        nonlocal answered
+        while time.monotonic() < stop:
+            try:
+                await client.recommend(str(1 + (n * 7 + answered) % 100), k=10)
+                answered += 1
+            except Exception as error:  # every failure is the finding
+                errors.append(error)
+
+    async with AsyncRecserveClient(stack.envoy_address) as client:
+        stop = time.monotonic() + 4.0
+        tasks = [asyncio.create_task(worker(client, n, stop)) for n in range(8)]
+        await asyncio.sleep(1.5)
+        os.kill(gateways[0], signal.SIGKILL)
+        await asyncio.gather(*tasks)
+    assert not errors, errors[:3]
+    assert answered > 20
+
+    def both_back() -> bool:
+        found = stack.component_pids("services.gateway")
+        return len(found) == 2 and gateways[0] not in found
+
+    poll_until(both_back, 60, 0.2, "the runner to restart the killed gateway")

@@ -1,0 +1,153 @@
+"""The Python client against an in-process server: the retry policy, the
+errors, the typed results, tokens, the CLI. No stack needed."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import grpc
+import pytest
+from recserve_client import (
+    AsyncRecserveClient,
+    ClientOptions,
+    InvalidRequest,
+    NotFound,
+    RecserveClient,
+    RetryPolicy,
+    Unavailable,
+    UserAttributes,
+    cli,
+)
+from recserve_client.channel import is_loopback
+
+from tests.clients.fake_server import fake_server
+
+CODE = grpc.StatusCode
+
+
+def test_typed_results_with_explanations_and_timings():
+    with fake_server() as (target, _), RecserveClient(target) as client:
+        answer = client.recommend("42", k=3, debug=True, request_id="r1")
+        assert answer.request_id == "r1" and answer.model_version == "m1"
+        assert answer.item_ids == ["1", "2", "3"] and not answer.degraded
+        first = answer.items[0]
+        assert first.title == "Item 1" and first.categories == ("Drama",)
+        assert first.explanation is not None and first.explanation.stage == "rank"
+        assert first.explanation.retrieval_rank == 1
+        assert [(t.stage, t.duration_ms) for t in answer.stage_timings] == [("features", 1.5)]
+        assert answer.recommendation_id is None  # until the service issues one
+        assert json.loads(json.dumps(answer.to_dict()))["items"][0]["explanation"]["stage"]
+        plain = client.recommend("42", k=2)
+        assert plain.items[0].explanation is None and not plain.stage_timings
+        cold = client.recommend("new-1", k=2, attributes=UserAttributes(30, "F", "writer"))
+        assert cold.degraded and cold.degraded_reason == "COLD_START"
+        assert cold.fallback_source == "POPULAR"
+        similar = client.similar_items("1", k=4)
+        assert len(similar.items) == 4 and similar.fallback_source is None
+
+
+def test_unavailable_is_retried_by_the_channel_within_one_call():
+    with fake_server() as (target, script), RecserveClient(target) as client:
+        script.actions = [("fail", CODE.UNAVAILABLE, "down"), ("fail", CODE.UNAVAILABLE, "down")]
+        assert len(client.recommend("42", k=2).items) == 2
+        assert len(script.attempts) == 3
+
+
+def test_a_hung_attempt_is_abandoned_and_sent_again():
+    with fake_server() as (target, script), RecserveClient(target) as client:
+        script.actions = [("hang", 2.0)]
+        started = time.monotonic()
+        assert len(client.recommend("42", k=2).items) == 2
+        assert time.monotonic() - started < 0.9  # attempt timeout 0.3 s, not the hang
+        assert len(script.attempts) == 2
+
+
+def test_one_hung_replica_of_two_never_exhausts_the_retry_throttle():
+    """Every other call meets a hung attempt: each is abandoned and answered on
+    the next, and the throttle (one token per failure, one back per answer)
+    never stops the retries."""
+    with fake_server() as (target, script), RecserveClient(target) as client:
+        for _ in range(12):
+            script.actions = [("hang", 0.5)]
+            assert len(client.recommend("42", k=1).items) == 1
+            assert len(client.recommend("42", k=1).items) == 1
+        assert len(script.attempts) == 36
+
+
+@pytest.mark.parametrize(
+    "code, kind", [(CODE.INVALID_ARGUMENT, InvalidRequest), (CODE.NOT_FOUND, NotFound)]
+)
+def test_client_errors_raise_at_once_unretried(code, kind):
+    with fake_server() as (target, script), RecserveClient(target) as client:
+        script.actions = [("fail", code, "filter.exclude_item_ids[1]: may hold only ASCII")]
+        started = time.monotonic()
+        with pytest.raises(kind) as raised:
+            client.recommend("42", k=5)
+        assert time.monotonic() - started < 0.2
+        assert len(script.attempts) == 1
+        assert raised.value.code == code.name
+    if kind is InvalidRequest:
+        assert raised.value.field == "filter.exclude_item_ids[1]"
+        assert raised.value.problem == "may hold only ASCII"
+
+
+def test_retries_stop_at_the_deadline_and_raise_unavailable():
+    with fake_server() as (target, script), RecserveClient(target) as client:
+        script.actions = [("fail", CODE.UNAVAILABLE, "down")] * 5
+        with pytest.raises(Unavailable):
+            client.recommend("42", k=2)
+        assert len(script.attempts) == 3  # max_attempts
+
+
+def test_without_a_policy_nothing_is_retried():
+    options = ClientOptions(retry=None)
+    with fake_server() as (target, script), RecserveClient(target, options) as client:
+        script.actions = [("fail", CODE.UNAVAILABLE, "down")]
+        with pytest.raises(Unavailable):
+            client.recommend("42", k=2)
+        assert len(script.attempts) == 1
+
+
+def test_a_policy_cannot_retry_client_errors():
+    with pytest.raises(ValueError, match="never be retried"):
+        RetryPolicy(retryable_codes=("UNAVAILABLE", "INVALID_ARGUMENT"))
+    with pytest.raises(ValueError):
+        RetryPolicy(max_attempts=9)
+
+
+def test_the_token_is_sent_and_kept_off_plaintext_to_other_hosts():
+    with fake_server() as (target, script):
+        with RecserveClient(target, ClientOptions(token="t0k")) as client:
+            client.recommend("42", k=1)
+        assert script.attempts[0][1]["authorization"] == "Bearer t0k"
+        assert "recserve-client-python/" in script.attempts[0][1]["user-agent"]
+    with pytest.raises(ValueError, match="TLS"):
+        RecserveClient("recserve.example:8080", ClientOptions(token="t0k"))
+    assert is_loopback("127.0.0.1:8080") and is_loopback("localhost:1")
+    assert is_loopback("[::1]:8080") and not is_loopback("10.0.0.1:8080")
+
+
+async def test_the_asyncio_client_has_the_same_policy():
+    with fake_server() as (target, script):
+        async with AsyncRecserveClient(target) as client:
+            script.actions = [("hang", 2.0)]
+            answer = await client.recommend("42", k=2, debug=True)
+            assert answer.items[0].explanation is not None
+            assert len(script.attempts) == 2
+            script.actions = [("fail", CODE.INVALID_ARGUMENT, "k: must be 1 to 100")]
+            with pytest.raises(InvalidRequest) as raised:
+                await client.similar_items("1", k=0)
+            assert raised.value.field == "k" and len(script.attempts) == 3
+
+
+def test_the_cli(capsys):
+    with fake_server() as (target, script):
+        assert cli.main(["recommend", "--user", "42", "--k", "2", "--target", target]) == 0
+        assert "Item 2" in capsys.readouterr().out
+        args = ["similar", "--item", "1", "--k", "3", "--json", "--debug", "--target", target]
+        assert cli.main(args) == 0
+        assert len(json.loads(capsys.readouterr().out)["items"]) == 3
+        script.actions = [("fail", CODE.INVALID_ARGUMENT, "k: must be 1 to 100")]
+        assert cli.main(["recommend", "--user", "42", "--k", "0", "--target", target]) == 2
+        assert "bad request: k: must be 1 to 100" in capsys.readouterr().err
