@@ -1,0 +1,194 @@
+"""The init Job's Secrets (infra/kubernetes/base/init/secrets.py) against a
+stand-in API server on loopback: publish applies one Secret per consumer
+with only its files, a rerun restores the CA so `recserve_stack keys`
+renews nothing, and every Secret the manifests mount is one it writes."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from recserve_stack import auth, pki
+from tests.kubernetes.manifests import K8S, OVERLAYS, containers, objects, of_kind, pods
+
+SCRIPT = K8S / "base" / "init" / "secrets.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("init_secrets", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeApi(BaseHTTPRequestHandler):
+    store: dict[str, dict] = {}
+    seen: list[tuple[str, str, str, str]] = []
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def reply(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def name(self) -> str:
+        return self.path.split("?")[0].rsplit("/", 1)[1]
+
+    def do_GET(self):
+        self.seen.append(("GET", self.path, self.headers["Authorization"], ""))
+        found = self.store.get(self.name())
+        self.reply(200, found) if found else self.reply(404, {"reason": "NotFound"})
+
+    def do_PATCH(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append(
+            ("PATCH", self.path, self.headers["Authorization"], self.headers["Content-Type"])
+        )
+        self.store[self.name()] = json.loads(body)
+        self.reply(200, self.store[self.name()])
+
+
+@pytest.fixture()
+def api(tmp_path):
+    FakeApi.store, FakeApi.seen = {}, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("the-token\n")
+    (account / "namespace").write_text("recserve\n")
+    yield [f"--api=http://127.0.0.1:{server.server_port}", f"--service-account-dir={account}"]
+    server.shutdown()
+
+
+def keys(directory: Path) -> None:
+    auth.ensure_keys(directory / "auth")
+    pki.ensure_pki(directory / "tls")
+
+
+def test_publish_writes_each_consumer_only_its_files(api, tmp_path):
+    script = load()
+    keys(tmp_path / "keys")
+    assert script.main(["publish", str(tmp_path / "keys"), *api]) == 0
+    store = FakeApi.store
+    assert set(store) == set(script.secrets())
+    for method, path, token, kind in FakeApi.seen:
+        assert method == "PATCH" and token == "Bearer the-token"
+        assert kind == "application/apply-patch+yaml" and "fieldManager=recserve-init" in path
+        assert path.startswith("/api/v1/namespaces/recserve/secrets/")
+    for name in ("gateway", "features", "retriever", "envoy"):
+        assert set(store[f"recserve-tls-{name}"]["data"]) == {
+            "ca.pem",
+            f"{name}.pem",
+            f"{name}.key",
+        }
+    for name in ("ranker", "triton"):  # and the control secret Triton and the ranker share
+        data = store[f"recserve-tls-{name}"]["data"]
+        assert set(data) == {"ca.pem", f"{name}.pem", f"{name}.key", "triton-control.secret"}
+    gateway = store["recserve-tls-gateway"]["data"]
+    assert (
+        base64.b64decode(gateway["gateway.key"]) == (tmp_path / "keys/tls/gateway.key").read_bytes()
+    )
+    assert set(store["recserve-jwks"]["data"]) == {"jwks.json"}
+    assert (
+        "ca.key" in store["recserve-ca"]["data"]
+        and "private.pem" in store["recserve-admin"]["data"]
+    )
+
+
+def test_a_rerun_keeps_the_ca_and_the_control_secret(api, tmp_path):
+    script = load()
+    keys(tmp_path / "first")
+    assert script.main(["publish", str(tmp_path / "first"), *api]) == 0
+    # The next run's pod starts with an empty memory volume.
+    assert script.main(["restore", str(tmp_path / "second"), *api]) == 0
+    keys(tmp_path / "second")
+    for path in (
+        "tls/ca.pem",
+        "tls/ca.key",
+        "tls/triton-control.secret",
+        "tls/ranker.pem",
+        "auth/private.pem",
+    ):
+        assert (tmp_path / "second" / path).read_bytes() == (
+            tmp_path / "first" / path
+        ).read_bytes(), path
+    assert ((tmp_path / "second" / "tls" / "ca.key").stat().st_mode & 0o777) == 0o600
+
+
+def test_the_first_run_restores_nothing_and_publish_needs_every_file(api, tmp_path, capsys):
+    script = load()
+    assert script.main(["restore", str(tmp_path / "empty"), *api]) == 0
+    assert "none (first run)" in capsys.readouterr().out
+    auth.ensure_keys(tmp_path / "partial" / "auth")  # no certificates
+    with pytest.raises(SystemExit, match=r"missing.*gateway\.pem"):
+        script.main(["publish", str(tmp_path / "partial"), *api])
+    assert FakeApi.store == {}
+
+
+def test_plain_http_only_to_loopback(tmp_path):
+    script = load()
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "namespace").write_text("recserve")
+    with pytest.raises(SystemExit, match="loopback"):
+        script.Api.in_cluster(tmp_path, "http://10.0.0.1:443")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_mounted_secret_is_one_the_job_writes_with_those_keys(overlay):
+    written = load().secrets()
+    docs = objects(overlay)
+    for p in pods(docs):
+        for volume in p.spec.get("volumes", []):
+            if "secret" not in volume:
+                continue
+            name = volume["secret"]["secretName"]
+            assert name in written, (p.owner, name)
+            for item in volume["secret"].get("items", []):
+                assert item["key"] in written[name], (p.owner, name, item["key"])
+    (role,) = [
+        r for r in of_kind(docs, "Role").values() if r["metadata"]["name"] == "recserve-init"
+    ]
+    (named,) = [rule for rule in role["rules"] if "resourceNames" in rule]
+    assert set(named["resourceNames"]) == set(written) and set(named["verbs"]) == {"get", "patch"}
+    # What Triton's start script and Envoy's config read is in their Secrets.
+    assert {"triton.pem", "triton.key", "ca.pem", "triton-control.secret"} == set(
+        written["recserve-tls-triton"]
+    )
+    assert {"envoy.pem", "envoy.key", "ca.pem"} == set(written["recserve-tls-envoy"])
+
+
+def test_the_job_runs_restore_keys_build_publish_in_that_order():
+    docs = objects("cpu")
+    (job,) = [p for p in pods(docs) if p.app == "recserve-init"]
+    steps = [" ".join(c["command"]) for c in containers(job.spec)]
+    assert steps == [
+        "python /opt/recserve/init/secrets.py restore /keys",
+        "python -m recserve_stack keys /keys/auth --tls-dir /keys/tls",
+        "python -m pipelines build --data-dir /data",
+        "python -m pipelines publish --data-dir /data --redis-url redis://redis:6379/0",
+        "python -m services.retriever index --data-dir /data --qdrant-url http://qdrant:6333",
+        "python /opt/recserve/init/secrets.py publish /keys",
+    ]
+    volumes = {v["name"]: v for v in job.spec["volumes"]}
+    assert volumes["keys"]["emptyDir"]["medium"] == "Memory"  # keys never on disk
+    for c in containers(job.spec):
+        mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+        assert ("/data" in mounts) == (c["name"] in ("build", "publish-features", "index")), c[
+            "name"
+        ]
+        assert ("/keys" in mounts) == (c["name"] in ("restore-keys", "keys", "publish-secrets"))
+    script = volumes["scripts"]["configMap"]["name"]
+    assert of_kind(docs, "ConfigMap")[script]["data"]["secrets.py"] == SCRIPT.read_text()
