@@ -10,23 +10,22 @@ import time
 from typing import Annotated
 
 import typer
-from recserve_model import rollout_state
-from recserve_model.rollout_state import RolloutState, Triggers
 
 from recserve.ranker.v1 import ranker_pb2 as pb
+from recserve_delivery.rollout import Plan, Rollout
+from recserve_delivery.state import Triggers
+from recserve_delivery.status import status_message
 from recserve_kit.config import load_settings
 from recserve_kit.errors import RecserveError
 from recserve_stack.rollout_cli import add_actions, console, show
 from recserve_stack.service_canary import CANARY, NAME, EnvoyAdmin, ServiceCanary, weights
 from recserve_stack.settings import StackSettings
-from services.ranker.rollout import Plan, Rollout
-from services.ranker.rollout_status import status_message
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
 
 
 def _rollout(settings: StackSettings) -> Rollout:
-    return Rollout(settings.data_dir, "gateway", name=NAME)
+    return Rollout(settings.data_dir, "gateway", name=NAME, metrics_prefix="recserve_canary")
 
 
 def _admin(settings: StackSettings) -> EnvoyAdmin:
@@ -42,7 +41,7 @@ def _watch(canary: ServiceCanary, interval_s: float) -> None:
             console.print(f"{d.action} at {d.share_percent:g}%: {d.reason}")
         seen = len(canary.state.history)
         if status not in ("running", "paused"):
-            show(status_message(canary.rollout))
+            show(status_message(canary.rollout), title="canary")
             return
         time.sleep(interval_s)
 
@@ -92,7 +91,7 @@ def status() -> None:
     """The canary's state, and the weights Envoy applies now."""
     settings = load_settings(StackSettings)
     rollout = _rollout(settings)
-    show(status_message(rollout))
+    show(status_message(rollout), title="canary")
     runtime = _admin(settings).runtime()
     applied = {k: runtime.get(k, "(unset)") for k in weights(rollout.state)}
     console.print(f"Envoy runtime: {applied}")
@@ -102,7 +101,10 @@ def _act(name: str) -> pb.RolloutStatus:
     settings = load_settings(StackSettings)
     canary = ServiceCanary(_admin(settings), _rollout(settings))
     try:
-        getattr(canary.rollout, name)()
+        if name == "abort":
+            canary.abort()
+        else:
+            getattr(canary.rollout, name)()
     except RecserveError as refused:
         console.print(f"[red]{refused}[/]")
         raise typer.Exit(1) from None
@@ -117,21 +119,18 @@ add_actions(
         "pause": "Hold the current step (rollback triggers still apply).",
         "resume": "Continue a paused canary (its step's soak starts over).",
         "promote": "The next step now; past the last, every request goes to the canary.",
-        "abort": "Every request back on the stable gateways.",
+        "abort": "Every request back on the stable gateways, in any state (undoes a promotion).",
     },
+    title="canary",
 )
 
 
 @app.command()
 def reset() -> None:
-    """After a promoted canary's build is deployed as the gateway: every
-    request to the gateway cluster again (refused while a canary runs)."""
+    """Every request to the gateway cluster again and a clean state, in any
+    state: after a promoted canary's build is deployed as the gateway, or
+    after a controller stopped part way (a canary in progress is aborted)."""
     settings = load_settings(StackSettings)
     canary = ServiceCanary(_admin(settings), _rollout(settings))
-    if canary.state.active:
-        console.print(f"[red]the canary is {canary.state.status}; abort it first[/]")
-        raise typer.Exit(1)
-    canary.rollout.state = RolloutState(stable="gateway", history=canary.state.history)
-    rollout_state.save(settings.data_dir, canary.rollout.state, NAME)
-    canary.apply()
-    show(status_message(canary.rollout))
+    canary.reset()
+    show(status_message(canary.rollout), title="canary")

@@ -98,6 +98,24 @@ UPSTREAM_TLS = """\
                   matcher: {{ exact: {name} }}"""
 
 UPSTREAMS = ("gateway", "retriever", "features", "ranker")
+ENVOY_ACCESS_LOG = "envoy-access.log"
+
+
+def access_log(path: Path | None) -> dict[str, str]:
+    """The access logger's template values: a file at ``path``, or stdout."""
+    if path is None:
+        return {
+            "access_log_name": "envoy.access_loggers.stdout",
+            "access_log_type": "type.googleapis.com/"
+            "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+            "access_log_path": "",
+        }
+    return {
+        "access_log_name": "envoy.access_loggers.file",
+        "access_log_type": "type.googleapis.com/"
+        "envoy.extensions.access_loggers.file.v3.FileAccessLog",
+        "access_log_path": f"                      path: {path}\n",
+    }
 
 
 def upstream_tls(tls_dir: Path | str | None) -> dict[str, str]:
@@ -132,6 +150,9 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
         "tracing_cluster": "",
         "runtime_dir": settings.data_dir / "envoy" / "runtime",
         "cluster_type": "STATIC",  # loopback IPs; Compose uses names (STRICT_DNS)
+        # One line a request: to a file here (it would flood the runner's
+        # output), to stdout in a container (the engine keeps the logs).
+        **access_log(settings.data_dir / "logs" / ENVOY_ACCESS_LOG),
         **upstream_tls(settings.tls_dir if settings.tls else None),
     }
     endpoint = otlp_endpoint()
@@ -164,6 +185,7 @@ def render_compose(settings: StackSettings | None = None) -> str:
         "gateway_canary_endpoints": endpoints("gateway-canary", [settings.gateway_port]),
         "descriptor_set": "/etc/envoy/recserve.pb",
         "jwks_path": "/data/auth/jwks.json",
+        **access_log(None),
         **upstream_tls("/data/tls"),
         # None by default: without the observability layer spans only go to
         # files, and tracing every request cost 1.8 ms of CPU per Recommend
@@ -186,6 +208,7 @@ def write_config(settings: StackSettings) -> Path:
     path = settings.data_dir / "envoy" / "envoy.yaml"
     # Envoy's disk runtime layer: a key per file, none by default (it must exist).
     (path.parent / "runtime").mkdir(parents=True, exist_ok=True)
+    (settings.data_dir / "logs").mkdir(parents=True, exist_ok=True)  # the access log's
     path.write_text(render(settings))
     return path
 

@@ -4,6 +4,7 @@ rollout, through Envoy with the admin token (as any admin call)."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
@@ -11,16 +12,16 @@ from typing import Annotated
 import grpc
 import typer
 from google.protobuf.message import Message
-from rich.console import Console
 from rich.table import Table
 
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve_cli import console as cli_console
 from recserve_kit.config import load_settings
 from recserve_stack.settings import StackSettings
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
-console = Console()
+console = cli_console()
 
 
 def call(method: str, request: Message, settings: StackSettings | None = None) -> pb.RolloutStatus:
@@ -43,8 +44,9 @@ def _call(method: str, request: Message) -> pb.RolloutStatus:
         sys.exit(1)
 
 
-def show(status: pb.RolloutStatus) -> None:
-    table = Table(title=f"rollout: {status.status}", title_justify="left", show_header=False)
+def show(status: pb.RolloutStatus, title: str = "rollout") -> None:
+    """The status as a table headed ``<title>: <status>`` (rollout or canary)."""
+    table = Table(title=f"{title}: {status.status}", title_justify="left", show_header=False)
     table.add_row("stable", status.stable_version)
     active = status.status in ("running", "paused")
     if active:
@@ -111,15 +113,41 @@ def status() -> None:
     show(_call("GetRollout", pb.GetRolloutRequest()))
 
 
+@app.command()
+def wait(
+    expect: Annotated[
+        str, typer.Option(help="Exit 1 unless the rollout ends so: promoted, rolled_back...")
+    ] = "",
+    timeout_s: Annotated[float, typer.Option(min=1)] = 600.0,
+) -> None:
+    """Until the rollout is no longer running or paused; shows how it ended."""
+    deadline = time.monotonic() + timeout_s
+    status = _call("GetRollout", pb.GetRolloutRequest())
+    while status.status in ("running", "paused"):
+        if time.monotonic() > deadline:
+            show(status)
+            console.print(f"[red]still {status.status} after {timeout_s:.0f} s[/]")
+            raise typer.Exit(1)
+        time.sleep(1.0)
+        status = _call("GetRollout", pb.GetRolloutRequest())
+    show(status)
+    if expect and status.status != expect:
+        console.print(f"[red]the rollout ended {status.status}, not {expect}[/]")
+        raise typer.Exit(1)
+
+
 def add_actions(
-    cli: typer.Typer, act: Callable[[str], pb.RolloutStatus], docs: dict[str, str]
+    cli: typer.Typer,
+    act: Callable[[str], pb.RolloutStatus],
+    docs: dict[str, str],
+    title: str = "rollout",
 ) -> None:
     """pause, resume, promote and abort as commands of ``cli``: each runs
     ``act(name)`` and shows the status it returns."""
 
     def command_for(name: str) -> Callable[[], None]:
         def command() -> None:
-            show(act(name))
+            show(act(name), title)
 
         return command
 

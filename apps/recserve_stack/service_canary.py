@@ -26,15 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from recserve_model import rollout_state
-from recserve_model.rollout_state import Figures, RolloutState
-
-from services.ranker.rollout import Plan, Rollout
+from recserve_delivery import state as rollout_state
+from recserve_delivery.rollout import Plan, Rollout
+from recserve_delivery.state import Figures, RolloutState
+from recserve_kit.errors import FailedPrecondition
 
 log = logging.getLogger(__name__)
 
 NAME = "gateway"  # the state file's name
 CANARY = "gateway_canary"
+STABLE = "gateway"
 WEIGHT_SCALE = 10_000  # Envoy weights are integers: hundredths of a percent
 METHODS = ("Recommend", "SimilarItems")
 SERVICE = "recserve.recommend.v1.RecommendService"
@@ -55,6 +56,25 @@ class EnvoyAdmin:
         with urllib.request.urlopen(f"{self.url}/runtime", timeout=self.timeout_s) as response:
             entries = json.loads(response.read())["entries"]
         return {k: v.get("final_value", "") for k, v in entries.items()}
+
+    def cluster_hosts(self, cluster: str) -> dict[str, bool]:
+        """Each host of ``cluster`` ("address:port") and whether Envoy's
+        health checks pass on it."""
+        with urllib.request.urlopen(
+            f"{self.url}/clusters?format=json", timeout=self.timeout_s
+        ) as response:
+            statuses = json.loads(response.read()).get("cluster_statuses", [])
+        hosts: dict[str, bool] = {}
+        for status in statuses:
+            if status.get("name") != cluster:
+                continue
+            for host in status.get("host_statuses", []):
+                socket = host.get("address", {}).get("socket_address", {})
+                health = host.get("health_status", {})
+                failed = any(k.startswith("failed") and v for k, v in health.items())
+                healthy = health.get("eds_health_status", "HEALTHY") == "HEALTHY" and not failed
+                hosts[f"{socket.get('address')}:{socket.get('port_value')}"] = healthy
+        return hosts
 
     def cluster_stats(self, cluster: str) -> dict[str, Any]:
         """Counters and cumulative histogram buckets of one cluster."""
@@ -148,9 +168,50 @@ class ServiceCanary:
     def apply(self) -> None:
         self.admin.set_runtime(weights(self.state))
 
+    def check_canary_running(self) -> None:
+        """A canary build must be up, behind its own cluster: without one,
+        Envoy's gateway_canary cluster points at the stable gateway and a
+        canary would promote nothing."""
+        canary = self.admin.cluster_hosts(CANARY)
+        stable = self.admin.cluster_hosts(STABLE)
+        if not canary or set(canary) <= set(stable):
+            raise FailedPrecondition(
+                "no canary build is running: Envoy's gateway_canary cluster has "
+                f"{'no host' if not canary else 'only the stable gateway'}. Start one first: "
+                "locally RECSERVE_STACK_GATEWAY_CANARY_PORT=<port> (and "
+                "RECSERVE_STACK_GATEWAY_CANARY_ENV for what the build changes) with "
+                "`make run`; in Compose `docker compose --profile canary up -d gateway-canary`"
+            )
+        if not any(canary.values()):
+            raise FailedPrecondition(
+                f"the canary build at {', '.join(canary)} does not pass Envoy's health "
+                "checks yet; wait for it to be ready"
+            )
+
     def start(self, plan: Plan) -> None:
+        self.check_canary_running()
         self.rollout.start(plan)
         self._new_baseline()
+        self.apply()
+
+    def abort(self) -> None:
+        """Every request back on the stable gateways, in any state: a canary
+        in progress is aborted, a promoted one is undone; otherwise they are
+        there already (the weights are applied again all the same)."""
+        if self.state.active:
+            self.rollout.abort()
+        elif self.state.status == "promoted":
+            self.rollout.rebase(STABLE, "promotion undone by the operator (abort)")
+        self.apply()
+
+    def reset(self) -> None:
+        """Every request to the gateway cluster again and a clean state, in
+        any state (after a promoted build is deployed as the gateway, or
+        after a controller stopped part way); a canary in progress is
+        aborted first, so its history says so."""
+        if self.state.active:
+            self.rollout.abort()
+        self.rollout.rebase(STABLE, "reset by the operator")
         self.apply()
 
     def resume_watch(self) -> None:

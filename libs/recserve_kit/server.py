@@ -55,6 +55,9 @@ class Service:
     probes: Sequence[DependencyProbe] = ()
     cleanups: list[Cleanup] = field(default_factory=list)
     on_start: list[Cleanup] = field(default_factory=list)
+    # Run once the drain is over, before the server stops: long-lived streams
+    # end here, so the grace period does not have to cancel them.
+    on_stop: list[Cleanup] = field(default_factory=list)
     # The service's domain object, for in-process tests and wiring.
     domain: Any = None
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
@@ -83,6 +86,8 @@ class Service:
         await self.health.enter_shutdown()
         if grace_s is None and self.settings.shutdown_drain_s:
             await asyncio.sleep(self.settings.shutdown_drain_s)
+        for hook in self.on_stop:
+            await hook()
         await self.server.stop(self.settings.shutdown_grace_s if grace_s is None else grace_s)
         for task in self._tasks:
             task.cancel()

@@ -36,7 +36,8 @@ class Listing(Generic[R]):
 
 class _Watcher(Generic[R]):
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[Listing[R]] = asyncio.Queue(MAX_PENDING)
+        # None: the catalogue closed (the service stops); the stream ends.
+        self.queue: asyncio.Queue[Listing[R] | None] = asyncio.Queue(MAX_PENDING + 1)
         self.behind = False
 
 
@@ -45,6 +46,7 @@ class Catalogue(Generic[R]):
         self.records: dict[str, R] = {}
         self.version = ""
         self._watchers: set[_Watcher[R]] = set()
+        self.closed = False
 
     def _full(self) -> Listing[R]:
         return Listing(True, list(self.records.values()), self.version)
@@ -54,6 +56,8 @@ class Catalogue(Generic[R]):
             if watcher.behind:
                 continue
             try:
+                if watcher.queue.qsize() >= MAX_PENDING:
+                    raise asyncio.QueueFull  # the last place is kept for close()
                 watcher.queue.put_nowait(listing)
             except asyncio.QueueFull:
                 watcher.behind = True  # it gets the whole catalogue when it catches up
@@ -70,12 +74,22 @@ class Catalogue(Generic[R]):
             self.records[record.item_id] = record
         self._broadcast(Listing(False, list(records), self.version))
 
+    async def close(self) -> None:
+        """Ends every watch: on shutdown the streams finish cleanly (the
+        watchers reconnect to another process) instead of being cancelled
+        when the server's grace runs out."""
+        self.closed = True
+        for watcher in self._watchers:
+            watcher.queue.put_nowait(None)
+
     @property
     def watchers(self) -> int:
         return len(self._watchers)
 
     async def watch(self) -> AsyncIterator[Listing[R]]:
         """The whole catalogue, then each change, until the caller stops."""
+        if self.closed:
+            return
         watcher: _Watcher[R] = _Watcher()
         # Registered and listed in one step (no await between): no change is missed.
         self._watchers.add(watcher)
@@ -83,6 +97,8 @@ class Catalogue(Generic[R]):
             yield self._full()
             while True:
                 listing = await watcher.queue.get()
+                if listing is None:
+                    return
                 if watcher.behind and watcher.queue.empty():
                     watcher.behind = False
                     yield self._full()

@@ -1,4 +1,4 @@
-"""Issue 17 rehearsed on the real stack (Envoy, gateways, ranker, Triton):
+"""A model rollout rehearsed on the real stack (Envoy, gateways, ranker, Triton):
 a good version rolled out 5% -> 100%, a slow one and a NaN one rolled back
 by the judge, shadow scoring, and a ranker restarted mid-rollout. Clients
 call Recommend through Envoy the whole time; none may see an error.
@@ -7,44 +7,27 @@ Its own stack and data dir: new Triton versions are published into it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
 
-from pipelines.triton_repo import PYTHON_MODEL, publish_copy
+from pipelines.rehearsal import make_version
 from recserve.ranker.v1 import ranker_pb2 as kpb
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
-from services.ranker.rollout import user_position
+from recserve_delivery.rollout import user_position
 from tests.delivery.traffic import Load
 from tests.helpers import full_answer, poll_until
 from tests.stack import running_stack
 
-# Appended to the served python model: the test's bad versions.
-SLOW = """
-import time as _time
-_execute = TritonPythonModel.execute
-def _slow(self, requests):
-    _time.sleep(0.2)  # issue 17: "a model that sleeps 200 ms per execution"
-    return _execute(self, requests)
-TritonPythonModel.execute = _slow
-"""
-NAN = """
-_execute = TritonPythonModel.execute
-def _nan(self, requests):
-    out = []
-    for response in _execute(self, requests):
-        score = pb_utils.get_output_tensor_by_name(response, "score").as_numpy()
-        tensor = pb_utils.Tensor("score", np.full_like(score, np.nan))
-        out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
-    return out
-TritonPythonModel.execute = _nan
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +48,10 @@ def stack(built, tmp_path_factory):
         yield running
 
 
-def publish_variant(stack, built, suffix: str, patch: str = "") -> str:
-    """The built artifact again as version ``<v>-<suffix>``, its ranking
-    model's python code patched with ``patch``."""
-    version = f"{built.version}-{suffix}"
-    numbers = publish_copy(stack.data_dir, built.version, version)
-    if patch:
-        model = stack.data_dir / "triton" / "repository" / "ranker" / str(numbers["ranker"])
-        (model / "model.py").write_text(PYTHON_MODEL.read_text() + patch)
-    return version
+def publish_variant(stack, built, suffix: str, kind: str = "copy") -> str:
+    """The built artifact again as version ``<v>-<suffix>`` (the operator's
+    `pipelines version` command), its ranking model slow or broken by ``kind``."""
+    return make_version(stack.data_dir, suffix, kind, source=built.version)
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +137,7 @@ def judged_under_load(stack, admin, version: str) -> tuple[kpb.RolloutStatus, Lo
 
 
 def test_a_slow_version_is_rolled_back_by_the_judge(stack, admin, built):
-    slow = publish_variant(stack, built, "slow", SLOW)
+    slow = publish_variant(stack, built, "slow", "slow")
     done, load = judged_under_load(stack, admin, slow)
     assert done.status == "rolled_back", done
     assert "ms" in done.reason and ("median" in done.reason or "p99" in done.reason)
@@ -172,7 +150,7 @@ def test_a_slow_version_is_rolled_back_by_the_judge(stack, admin, built):
 
 
 def test_a_nan_version_is_rolled_back_and_no_nan_is_served(stack, admin, built):
-    broken = publish_variant(stack, built, "nan", NAN)
+    broken = publish_variant(stack, built, "nan", "nan")
     done, load = judged_under_load(stack, admin, broken)
     assert done.status == "rolled_back", done
     assert done.reason.startswith("error rate")
@@ -263,3 +241,41 @@ def test_the_operator_cli_shows_the_rollout(stack):
     assert result.returncode == 0, result.stderr
     assert "rollout:" in result.stdout and "stable" in result.stdout
     assert "decisions" in result.stdout
+
+
+def test_the_rehearsal_in_docs_delivery_md_runs_as_written(stack):
+    """docs/delivery.md's rehearsal, literally: a second version promoted,
+    a slow one and one over a lowered limit rolled back, no client error."""
+    text = (ROOT / "docs" / "delivery.md").read_text()
+    block = text.split("<!-- rehearsal -->\n```sh\n", 1)[1].split("```", 1)[0]
+    env = {**stack.env, "RECSERVE_ENVOY_ADDRESS": stack.envoy_address}
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("rollout: promoted") == 1, done.stdout
+    assert done.stdout.count("rollout: rolled_back") >= 2, done.stdout
+    assert "memory" in done.stdout and "0.01%" in done.stdout, done.stdout
+    traffic = (ROOT / "build" / "rehearsal-load.txt").read_text()
+    record = json.loads(traffic[traffic.index("{") :])
+    assert record["errors"] == {} and record["ok"] == record["sent"], traffic
+
+
+def test_a_canary_is_refused_when_no_canary_build_runs(stack):
+    """This stack has no canary gateway: Envoy's gateway_canary cluster points
+    at the stable one, and a canary would only promote the stable build."""
+    refused = subprocess.run(
+        [str(ROOT / "bin" / "recserve-stack"), "canary", "start", "build-2"],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "no canary build is running" in refused.stdout + refused.stderr
+    assert "RECSERVE_STACK_GATEWAY_CANARY_PORT" in refused.stdout + refused.stderr

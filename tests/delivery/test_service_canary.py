@@ -1,4 +1,4 @@
-"""Issue 17, the service level: a new gateway build behind Envoy's weighted
+"""The service level of delivery: a new gateway build behind Envoy's weighted
 clusters and mirror, moved and judged by `python -m recserve_stack canary`
 on the real stack. Each test starts a stack whose canary gateway is the build
 under test."""
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from recserve_stack.service_canary import figures_between, percentile, weights
+from tests.delay_proxy import DelayProxy
 from tests.delivery.traffic import Load
 from tests.helpers import data_dir_with_artifacts
 from tests.stack import running_stack
@@ -60,7 +61,7 @@ def test_a_good_gateway_build_goes_to_all_traffic_with_mirroring(data_dir):
             "20",
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "rollout: promoted" in result.stdout
+        assert "canary: promoted" in result.stdout
         load.stop.set()
         served_by_canary = load.gateways.count("canary")
         completed = envoy_counter(stack, "cluster.gateway_canary.upstream_rq_completed")
@@ -78,20 +79,34 @@ def test_a_good_gateway_build_goes_to_all_traffic_with_mirroring(data_dir):
 
 
 def test_a_slow_gateway_build_is_rolled_back(data_dir):
-    slow = {"RECSERVE_GATEWAY_STAGE_DELAY_MS": "200"}  # the build under test: 200 ms slower
-    with running_stack(data_dir, canary=slow) as stack, Load(stack.envoy_address) as load:
+    # The build under test reaches the ranker through a link 100 ms slow each
+    # way up (its stage caps raised to wait for it): about 200 ms slower.
+    def slow(env: dict[str, str]) -> dict[str, str]:
+        proxy.upstream = ("127.0.0.1", int(env["RECSERVE_STACK_RANKER_PORT"]))
+        return {
+            "RECSERVE_GATEWAY_RANKER_ADDR": proxy.address,
+            "RECSERVE_GATEWAY_EMBED_MS": "300",
+            "RECSERVE_GATEWAY_RANK_MS": "300",
+            "RECSERVE_GATEWAY_BUDGET_MS": "1000",
+        }
+
+    with (
+        DelayProxy(0.1) as proxy,
+        running_stack(data_dir, canary=slow) as stack,
+        Load(stack.envoy_address) as load,
+    ):
         result = canary(stack, "start", "slow-build", "--soak-s", "600", "--mirror-percent", "20")
         load.stop.set()
         assert result.returncode == 0, result.stdout + result.stderr
         status = canary(stack, "status").stdout
-    assert "rollout: rolled_back" in result.stdout, result.stdout
+    assert "canary: rolled_back" in result.stdout, result.stdout
     assert "rollback at 5%: median" in result.stdout or "rollback at 5%: p99" in result.stdout
     assert "'routing.gateway.gateway_canary': '0'" in status
     assert load.errors == []
 
 
 def test_weights_percentiles_and_figures_from_envoy_stats():
-    from recserve_model.rollout_state import RolloutState
+    from recserve_delivery.state import RolloutState
 
     running = RolloutState(stable="gateway", candidate="c", status="running", shadow_percent=20)
     assert weights(running) == {
