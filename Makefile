@@ -3,12 +3,13 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 TVENV := .venv-triton
+KVENV := .venv-k8s
 PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
 DATA ?= data
 
 .PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server java \
-	compose-up compose-down compose-test
+	compose-up compose-down compose-test k8s-check
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -17,9 +18,20 @@ $(VENV)/.installed: requirements/main.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements/main.txt
-	# Our packages live in the tree (libs/, services/, pipelines/) and gen/python.
-	printf '%s\n' "$(CURDIR)" "$(CURDIR)/libs" "$(CURDIR)/gen/python" \
+	touch $@
+
+# Our packages live in the tree (libs/, apps/, services/, pipelines/) and gen/python.
+$(VENV)/.paths: $(VENV)/.installed Makefile
+	printf '%s\n' "$(CURDIR)" "$(CURDIR)/libs" "$(CURDIR)/apps" "$(CURDIR)/gen/python" \
 		> "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/recserve-dev.pth"
+	touch $@
+
+# The Kubernetes manifests' checkers (kubernetes-validate, checkov): their own
+# environment, so their pins cannot move requirements/main.txt's.
+$(KVENV)/.installed: requirements/kubernetes.txt
+	$(PYTHON) -m venv $(KVENV)
+	$(KVENV)/bin/python -m pip install -q --upgrade pip
+	$(KVENV)/bin/python -m pip install -q -r requirements/kubernetes.txt
 	touch $@
 
 $(TVENV)/.installed: requirements/triton.txt
@@ -28,11 +40,11 @@ $(TVENV)/.installed: requirements/triton.txt
 	$(TVENV)/bin/python -m pip install -q -r requirements/triton.txt
 	touch $@
 
-gen/.stamp: $(VENV)/.installed $(shell find protos third_party -name '*.proto') scripts/gen_protos.py
+gen/.stamp: $(VENV)/.paths $(shell find protos third_party -name '*.proto') scripts/gen_protos.py
 	$(PY) scripts/gen_protos.py
 	touch $@
 
-setup: $(VENV)/.installed $(TVENV)/.installed gen/.stamp  ## environments, pinned packages, generated stubs
+setup: $(VENV)/.paths $(TVENV)/.installed gen/.stamp $(VENV)/.client  ## environments, pinned packages, generated stubs
 
 proto: gen/.stamp  ## Python stubs (.pyi too) and Envoy's descriptor set from protos/
 
@@ -50,19 +62,49 @@ java:  ## a Java runtime for Spark (the re-scoring job); these machines have Jav
 	@command -v java >/dev/null || { (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless) >/dev/null 2>&1 \
 		|| { echo "no Java runtime and none could be installed; Spark needs Java 17"; exit 1; }; }
 
-test: artifacts redis-server java  ## set everything up and run every test
+# The client libraries: the Python wheel (stubs generated from protos/ as it
+# builds), installed into $(VENV) for the tests and the explorer; the
+# TypeScript client from its locked npm packages; Playwright and Debian's
+# chromium for the explorer's browser test.
+CLIENT_WHEEL := build/clients/recserve_client-0.1.0-py3-none-any.whl
+CLIENT_API := protos/recserve/recommend/v1/recommend.proto
+.PHONY: clients explorer
+$(CLIENT_WHEEL): $(VENV)/.paths $(CLIENT_API) $(shell find clients/python -name '*.py' -not -path '*/build/*') clients/python/pyproject.toml
+	rm -rf build/clients clients/python/build
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w build/clients clients/python
+$(VENV)/.client: $(CLIENT_WHEEL) $(VENV)/.installed
+	$(PY) -m pip install -q --no-deps --force-reinstall $(CLIENT_WHEEL)
+	touch $@
+$(VENV)/.browser-test: $(VENV)/.installed clients/explorer/requirements-test.txt
+	$(PY) -m pip install -q -r clients/explorer/requirements-test.txt -c requirements/main.txt
+	touch $@
+clients/typescript/dist/.stamp: $(CLIENT_API) clients/typescript/package-lock.json clients/typescript/buf.gen.yaml $(shell find clients/typescript/src clients/typescript/test -name '*.ts' -not -path '*/gen/*')
+	cd clients/typescript && rm -rf dist src/gen && npm ci --no-audit --no-fund --loglevel=error && npm run -s build
+	touch $@
+clients: $(VENV)/.client $(VENV)/.browser-test clients/typescript/dist/.stamp  ## the Python wheel, the TypeScript client, chromium for the explorer's test
+	@command -v chromium >/dev/null || { (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 \
+		|| echo "chromium could not be installed; the explorer's browser test will be skipped"; }
+explorer: artifacts $(VENV)/.client  ## the recommendation explorer on 127.0.0.1:8090, for the stack `make run` serves
+	$(PY) clients/explorer/serve.py --data-dir $(DATA)
+
+test: artifacts redis-server java $(KVENV)/.installed clients  ## set everything up and run every test
 	$(PY) -m pytest -q tests
 
 test-fast: setup  ## unit tests only
 	$(PY) -m pytest -q tests/unit
 
-lint: setup  ## ruff, buf lint and breaking check, mypy on the kit
+lint: setup  ## ruff, buf lint and breaking check, the layer contracts, mypy on libraries and services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(BUF) lint
 	@if git rev-parse -q --verify main >/dev/null && git cat-file -e main:buf.yaml 2>/dev/null; then \
 		$(BUF) breaking --against '.git#branch=main'; fi
-	$(VENV)/bin/mypy libs/recserve_kit libs/recserve_stack
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy libs/recserve_kit libs/recserve_model libs/recserve_delivery libs/recserve_feast \
+		libs/recserve_cli libs/recserve_data apps/recserve_stack services
+
+k8s-check: setup $(KVENV)/.installed  ## render each Kubernetes overlay, validate it (1.30, 1.33), checkov, hold it to the code
+	$(PY) -m pytest -q tests/kubernetes
 
 compose-up: setup  ## the Compose stack here: Docker engine, stand-in bases, build, start, wait healthy
 	infra/local/compose.sh up

@@ -1,4 +1,4 @@
-"""What the ranker's affinity costs per Score, piece by piece (issue 18).
+"""What the ranker's user-affinity feature costs per Score, piece by piece.
 
 End-to-end CPU rounds (`bench cpu`) cannot resolve less than about 0.3 ms
 per Recommend on this host; this measures the pieces in one process, CPU
@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
-from recserve_model.affinity import UserAffinity
-from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 from torch import Tensor, nn
 from tritonclient.grpc import service_pb2
 
 from bench.ranker_bench import inputs_for, ranker_feed
 from pipelines import export
 from pipelines.models import Ranker
+from recserve_model.affinity import UserAffinity
+from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 
 
 class _AffinityGiven(nn.Module):

@@ -18,12 +18,12 @@ import numpy as np
 import psutil
 import tritonclient.grpc.aio as triton_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from recserve_model.encoding import HISTORY_LEN
 from tritonclient.grpc import InferInput
 
 from bench.cpu_profile import cpu_seconds, stack_processes
 from recserve_kit import transport
 from recserve_kit.transport import Tls
+from recserve_model.encoding import HISTORY_LEN
 
 CONCURRENCY = 8
 SERVICE_CALLS_PER_RECOMMEND = 4  # user features, embed, search, score

@@ -152,13 +152,15 @@ async def run_closed(
 
 
 async def answers(target: str, users: int, k: int = 20) -> dict[str, list[tuple[str, float]]]:
-    """Each user's answer (ids and scores), for comparing two builds' rankings."""
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+    """Each user's answer (ids and scores), for comparing two builds' rankings,
+    asked through the Python client as an app backend would."""
+    from recserve_client import AsyncRecserveClient
+
+    async with AsyncRecserveClient(target) as client:
         out = {}
         for u in range(1, users + 1):
-            reply = await stub.Recommend(pb.RecommendRequest(user_id=str(u), k=k), timeout=5)
-            out[str(u)] = [(i.item_id, round(i.score, 5)) for i in reply.items]
+            answer = await client.recommend(str(u), k, timeout_s=5)
+            out[str(u)] = [(i.item_id, round(i.score, 5)) for i in answer.items]
         return out
 
 

@@ -9,7 +9,7 @@ draw of a tenth (which moved the ratio by 0.1 between seeds). Two
 protocols: their last 10 ratings (the main split's), and their first 10
 (what a new user rates first). Lists are the top 100 over all items. The
 served row is what the gateway answers: the build's segment lists
-(pipelines/cold_start.py) made from this fold's training users.
+(pipelines/onboarding_model.py) made from this fold's training users.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from recserve_model import cold_start as segment
 from rich.progress import Progress
 
-from pipelines import cold_start, dataset
+from pipelines import dataset, onboarding_model
 from pipelines.evaluate import metrics_at
 from pipelines.models import TwoTower
 from pipelines.train import (
@@ -35,6 +34,8 @@ from pipelines.train import (
     seen_rows,
     train_two_tower,
 )
+from recserve_model import segments as segment
+from recserve_model.encoding import Encoder
 
 AGE_BUCKETS = [0, 18, 25, 35, 45, 56, 200]
 SERVED = "served: attributes -> first ratings, by segment"
@@ -72,27 +73,55 @@ def _fold(data: dataset.MovieLens, cold: set[str]) -> dict[str, dict[str, dict[s
     warm = dataset.temporal_split(data.interactions[~data.interactions["user_id"].isin(cold)])
     spec = build_spec(data.items, data.users, TrainConfig().dim)
     inputs = encode_inputs(spec, dataset.feature_tables(data, warm.train))
-    encoder = inputs.encoder
     with Progress(transient=True) as progress:
         tower = train_two_tower(warm, inputs, TrainConfig(), progress)
     vectors = item_vectors(tower, inputs)
-    theirs = data.interactions[data.interactions["user_id"].isin(cold)]
+    protocols = _held_out_ratings(data.interactions, cold, inputs.encoder)
+    cold_users = sorted(cold)
+    rankers = _rankers(data, warm.train, inputs, tower, vectors, cold_users)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for protocol, truth in protocols.items():
+        for name, rank in rankers.items():
+            sums: dict[str, float] = {}
+            for i, user in enumerate(cold_users):
+                for key, value in metrics_at(rank(i, user), truth[user]).items():
+                    sums[key] = sums.get(key, 0.0) + value
+            out.setdefault(protocol, {})[name] = sums
+    return out
+
+
+def _held_out_ratings(
+    interactions: pd.DataFrame, cold: set[str], encoder: Encoder
+) -> dict[str, dict[str, set[int]]]:
+    """Each protocol's held-out rows per cold user: their last or first 10 ratings."""
+    theirs = interactions[interactions["user_id"].isin(cold)]
     ordered = theirs.sort_values(["user_id", "timestamp", "item_id"], kind="stable")
-    protocols = {
+    return {
         "last 10 ratings": seen_rows(ordered.groupby("user_id").tail(10), encoder),
         "first 10 ratings": seen_rows(ordered.groupby("user_id").head(10), encoder),
     }
-    cold_users = sorted(cold)
+
+
+def _rankers(
+    data: dataset.MovieLens,
+    train: pd.DataFrame,
+    inputs: Inputs,
+    tower: TwoTower,
+    vectors: np.ndarray,
+    cold_users: list[str],
+) -> dict[str, Ranker]:
+    """Each way of serving a cold user, as (index in cold_users, user) -> top 100 rows."""
+    encoder = inputs.encoder
     features = np.stack([inputs.user_features[u] for u in cold_users])
     tower_scores = _attribute_scores(tower, features, vectors)
     popularity = inputs.popularity.copy()
     popularity[0] = -1
     log_pop = _log_scaled(popularity)
-    first_ratings = _first_ratings_popularity(warm.train, inputs)
-    served = cold_start.segment_lists(
-        warm.train, data.users, encoder, sorted(data.users["occupation"].unique())
+    first_ratings = _first_ratings_popularity(train, inputs)
+    served = onboarding_model.segment_lists(
+        train, data.users, encoder, sorted(data.users["occupation"].unique())
     )["lists"]
-    segments = _segment_counts(warm.train, data.users)
+    segments = _segment_counts(train, data.users)
     profile = data.users.set_index("user_id")
 
     def top(scores: np.ndarray) -> np.ndarray:
@@ -113,7 +142,7 @@ def _fold(data: dataset.MovieLens, cold: set[str]) -> dict[str, dict[str, dict[s
             scores[encoder.item_rows(list(counts.index))] += counts.to_numpy() / counts.sum()
         return scores
 
-    rankers: dict[str, Ranker] = {
+    return {
         "popularity": lambda i, u: top(popularity),
         "user tower from attributes": lambda i, u: top(tower_scores[i]),
         "tower + log-popularity": lambda i, u: top(tower_scores[i] + log_pop),
@@ -122,15 +151,6 @@ def _fold(data: dataset.MovieLens, cold: set[str]) -> dict[str, dict[str, dict[s
         BEFORE: lambda i, u: top(tower_scores[i] + log_pop + 2 * first_ratings),
         SERVED: lambda i, u: encoder.item_rows(served[segment_key(u)][:100]),
     }
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for protocol, truth in protocols.items():
-        for name, rank in rankers.items():
-            sums: dict[str, float] = {}
-            for i, user in enumerate(cold_users):
-                for key, value in metrics_at(rank(i, user), truth[user]).items():
-                    sums[key] = sums.get(key, 0.0) + value
-            out.setdefault(protocol, {})[name] = sums
-    return out
 
 
 def _bucket(age: int) -> int:
@@ -152,7 +172,7 @@ def _log_scaled(counts: np.ndarray) -> np.ndarray:
 
 def _first_ratings_popularity(train: pd.DataFrame, inputs: Inputs) -> np.ndarray:
     """log(1 + how often an item is among users' first ratings), in [0, 1]."""
-    counts = cold_start.first_ratings(train).groupby("item_id").size()
+    counts = onboarding_model.first_ratings(train).groupby("item_id").size()
     values = np.zeros(inputs.encoder.spec.num_rows, dtype=np.float64)
     values[inputs.encoder.item_rows(list(counts.index))] = counts.to_numpy()
     return _log_scaled(values)

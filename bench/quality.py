@@ -16,12 +16,12 @@ import asyncio
 from pathlib import Path
 
 import grpc
-from recserve_model import artifacts
 
 from pipelines.evaluate import CUTOFFS, evaluate_artifact, metrics_at
 from pipelines.rescore.validate import movielens_split
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
+from recserve_model import artifacts
 
 K = max(CUTOFFS)
 ATTEMPTS = 8

@@ -24,14 +24,14 @@ import onnxruntime as ort
 import psutil
 import torch
 import tritonclient.grpc.aio as triton_aio
-from recserve_model.affinity import RANK as AFFINITY_RANK
-from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 from tritonclient.grpc import InferInput
 
 from bench.services import new_histogram, percentiles
 from pipelines.export import RANKER_INPUTS, export_ranker
 from pipelines.models import Int8Ranker, Ranker
 from pipelines.triton_repo import cpu_config, model_specs, publish_model
+from recserve_model.affinity import RANK as AFFINITY_RANK
+from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 
 
 def ranker_feed(

@@ -10,12 +10,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from recserve_model import artifacts
 from rich.console import Console
 
 from pipelines.rescore import spark
 from pipelines.rescore.job import RunConfig, run_job
 from pipelines.rescore.synthetic import write_users
+from recserve_model import artifacts
 
 NIGHTLY_PAIRS = 100_000_000
 

@@ -14,11 +14,10 @@ import statistics
 import urllib.request
 from typing import Any
 
-from recserve_model import artifacts
-
 from bench.cpu_profile import run as run_cpu
 from pipelines.triton_repo import publish_copy
 from recserve.ranker.v1 import ranker_pb2 as pb
+from recserve_model import artifacts
 from recserve_stack.rollout_cli import call
 from recserve_stack.settings import StackSettings
 

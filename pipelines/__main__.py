@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from pipelines import data_cli
 from pipelines.build import build as run_build
 from pipelines.evaluate import CUTOFFS
 from pipelines.rescore.cli import app as rescore_app
+from recserve_cli import console as cli_console
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
 app.add_typer(rescore_app, name="rescore")
-console = Console(stderr=True)
+app.command("validate")(data_cli.validate)
+app.command("import-movielens")(data_cli.import_movielens)
+console = cli_console(stderr=True)
 
 
 def metrics_table(metrics: dict[str, dict[str, float]], title: str) -> Table:
@@ -34,13 +39,31 @@ def build(
     data_dir: Annotated[Path, typer.Option(help="Where raw data and artifacts live.")] = Path(
         "data"
     ),
+    dataset_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset",
+            help="A dataset directory in the contract (docs/data.md); default: MovieLens-100K. "
+            "For now of MovieLens's shape only.",
+        ),
+    ] = None,
 ) -> None:
-    """Dataset -> training -> ONNX -> evaluation -> Triton repository (idempotent).
-    An artifact whose served lists lose to a baseline is not published."""
+    """Dataset -> validate -> training -> ONNX -> evaluation -> Triton repository
+    (idempotent). A dataset that fails validation builds nothing; an artifact
+    whose served lists lose to a baseline is not published."""
     from pipelines.build import QualityGateError
+    from pipelines.dataset import UnsupportedDataset
+    from recserve_data import InvalidDataset
 
     try:
-        result = run_build(data_dir, console=console)
+        result = run_build(data_dir, console=console, dataset_dir=dataset_dir)
+    except InvalidDataset as refused:
+        data_cli.print_report(refused.report, console)
+        console.print("[red]the dataset fails validation: nothing was built[/]")
+        raise typer.Exit(1) from None
+    except UnsupportedDataset as refused:
+        console.print(f"[red]{refused}[/]")
+        raise typer.Exit(1) from None
     except QualityGateError as refused:
         console.print(metrics_table(refused.metrics, "held-out evaluation (refused)"))
         console.print(f"[red]{refused}[/]")
@@ -66,51 +89,57 @@ def publish(
     The retriever and the features service also pick up a new CURRENT
     artifact by themselves within their refresh interval.
     """
+    from recserve_feast.repo import apply_and_publish
     from recserve_model import artifacts
-
-    from services.features.feature_repo import apply_and_publish
 
     directory = artifacts.current(data_dir)
     apply_and_publish(data_dir / "feast", directory, directory.name, redis_url)
     console.print(f"published features of {directory.name}")
     if qdrant_url:
-        index(data_dir, qdrant_url)
+        # The retriever's own load, in its own process (pipelines import no service).
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.retriever",
+                "index",
+                "--data-dir",
+                str(data_dir),
+                "--qdrant-url",
+                qdrant_url,
+            ],
+            check=True,
+        )
 
 
 @app.command()
-def index(
-    data_dir: Annotated[Path, typer.Option(help="Where the artifacts live.")] = Path("data"),
-    qdrant_url: Annotated[
-        str, typer.Option(help="A Qdrant server; empty: the Qdrant Edge shard under data-dir.")
-    ] = "",
+def version(
+    label: Annotated[str, typer.Argument(help="Names the version: <source>-<label>.")],
+    kind: Annotated[
+        str,
+        typer.Option(
+            help="copy: the same models (a second version to roll out); slow or nan: a "
+            "rehearsal of a bad version (its ranking model sleeps --delay-ms per call, or "
+            "scores NaN), for the judge to roll back."
+        ),
+    ] = "copy",
+    source: Annotated[str, typer.Option(help="Artifact to publish again; default: current.")] = "",
+    delay_ms: Annotated[float, typer.Option(help="With --kind slow.")] = 200.0,
+    data_dir: Annotated[
+        Path, typer.Option(envvar="RECSERVE_STACK_DATA_DIR", help="The stack's data.")
+    ] = Path("data"),
 ) -> None:
-    """Loads the current artifact's items into the retriever's collection (a
-    new generation), unless it holds them already: what the retriever does
-    when it starts, done ahead of it (compose.local.yaml's `qdrant` step)."""
-    import asyncio
+    """A new model version in the Triton repository, ready to roll out
+    (`recserve-stack rollout start <version>`); prints its name."""
+    from pipelines.rehearsal import VersionError, make_version
 
-    from recserve_model import artifacts
-
-    from services.retriever.config import RetrieverSettings
-    from services.retriever.domain import Retriever
-    from services.retriever.server import generations_for
-
-    settings = RetrieverSettings(data_dir=data_dir, qdrant_url=qdrant_url)
-    backend = qdrant_url or "Qdrant Edge"
-    version = artifacts.current(data_dir).name
-    generations = generations_for(settings)
-    # Current already: nothing to open. (A running retriever holds its Edge
-    # shard's WAL lock, so `docker-compose up` again must not open it.)
-    if generations.state().get("artifact_version") == version:
-        console.print(f"{backend} collection {settings.collection}: already current ({version})")
-        return
-    retriever = Retriever(settings, generations)
-    retriever.open_current()
     try:
-        asyncio.run(retriever.refresh_from_artifacts())
-    finally:
-        retriever.close()
-    console.print(f"{backend} collection {settings.collection}: loaded ({version})")
+        made = make_version(data_dir, label, kind, source, delay_ms)
+    except VersionError as refused:
+        console.print(f"[red]{refused}[/]")
+        raise typer.Exit(1) from None
+    console.print(f"published {made} ({kind}) into {data_dir / 'triton' / 'repository'}")
+    print(made)
 
 
 @app.command()

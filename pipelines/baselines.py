@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from recserve_model.affinity import RANK
 from recserve_model.encoding import Encoder
 

@@ -17,12 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from recserve_model import artifacts, rollout_state
-from recserve_model import cold_start as segment
 from rich.console import Console
 from rich.progress import Progress
 
-from pipelines import cold_start, dataset, evaluate, export, triton_repo
+from pipelines import dataset, evaluate, export, movielens, onboarding_model, triton_repo
 from pipelines.models import Int8Ranker
 from pipelines.train import (
     TrainConfig,
@@ -33,6 +31,10 @@ from pipelines.train import (
     train_ranker,
     train_two_tower,
 )
+from recserve_cli import console as cli_console
+from recserve_delivery import state as rollout_state
+from recserve_model import artifacts
+from recserve_model import segments as segment
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_SOURCES = [
@@ -41,9 +43,10 @@ MODEL_SOURCES = [
     ROOT / "pipelines" / "train.py",
     ROOT / "pipelines" / "export.py",
     ROOT / "pipelines" / "baselines.py",  # the ranker's affinity factors
-    ROOT / "pipelines" / "cold_start.py",  # new users' lists
-    ROOT / "libs" / "recserve_model" / "cold_start.py",
+    ROOT / "pipelines" / "onboarding_model.py",  # new users' lists
+    ROOT / "libs" / "recserve_model" / "segments.py",
     ROOT / "libs" / "recserve_model" / "encoding.py",
+    ROOT / "libs" / "recserve_data" / "columns.py",  # how the tables' values are typed
 ]
 POPULAR_PER_LIST = 100
 
@@ -57,12 +60,13 @@ class BuildResult:
     triton_versions: dict[str, int]
 
 
-def version_id(fingerprint: str, config: TrainConfig) -> str:
+def version_id(fingerprint: str, config: TrainConfig, name: str = "ml100k") -> str:
+    """``<dataset name>-<hash>``."""
     digest = hashlib.sha256(fingerprint.encode())
     digest.update(json.dumps(config.as_dict(), sort_keys=True).encode())
     for source in MODEL_SOURCES:
         digest.update(source.read_bytes())
-    return f"ml100k-{digest.hexdigest()[:12]}"
+    return f"{name}-{digest.hexdigest()[:12]}"
 
 
 def popular_lists(tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
@@ -135,7 +139,7 @@ def train_and_export(
     )
     (out / "popular.json").write_text(json.dumps(popular_lists(tables)))
     occupations = sorted(data.users["occupation"].unique())
-    lists = cold_start.segment_lists(split.train, data.users, inputs.encoder, occupations)
+    lists = onboarding_model.segment_lists(split.train, data.users, inputs.encoder, occupations)
     (out / segment.FILE).write_text(json.dumps(lists))
     console.print("exporting ONNX models")
     paths = {
@@ -185,14 +189,24 @@ def quality_gate(metrics: dict[str, dict[str, float]]) -> list[str]:
 
 
 def build(
-    data_dir: Path, config: TrainConfig | None = None, console: Console | None = None
+    data_dir: Path,
+    config: TrainConfig | None = None,
+    console: Console | None = None,
+    dataset_dir: Path | None = None,
 ) -> BuildResult:
     """Builds (or reuses) the artifact and publishes it to the Triton
-    repository and CURRENT, unless its served lists lose to a baseline."""
+    repository and CURRENT, unless its served lists lose to a baseline.
+
+    The dataset (default: MovieLens-100K, imported into the raw directory
+    once) is validated first: one that fails (``InvalidDataset``) or that the
+    build cannot take yet (``dataset.UnsupportedDataset``) is refused before
+    anything is written."""
     config = config or TrainConfig()
-    console = console or Console(stderr=True)
-    data = dataset.load_movielens(data_dir / "raw")
-    version = version_id(data.fingerprint, config)
+    console = console or cli_console(stderr=True)
+    source = dataset_dir or movielens.demo_dataset(data_dir / "raw")
+    report, data = dataset.read_dataset(source)
+    console.print(f"validate {report.summary()}")
+    version = version_id(data.fingerprint, config, data.name)
     root = artifacts.artifacts_root(data_dir)
     directory = root / version
     reused = False
@@ -212,7 +226,7 @@ def build(
             staging,
             version,
             {
-                "dataset": "MovieLens-100K (GroupLens), from the recbole 1.2.1 wheel",
+                "dataset": data.title,
                 "dataset_fingerprint": data.fingerprint,
                 "training_config": config.as_dict(),
                 "metrics": metrics,

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pandas as pd
-from recserve_model.affinity import UserAffinity, vectors_or_zeros
-from recserve_model.encoding import HISTORY_LEN
 
 from pipelines import baselines
 from pipelines.dataset import Split, recent_items
 from pipelines.train import Inputs, seen_rows
+from recserve_model.affinity import UserAffinity, vectors_or_zeros
+from recserve_model.encoding import HISTORY_LEN
 
 CUTOFFS = (10, 50, 100)
 RERANK_DEPTH = 200
@@ -123,10 +123,9 @@ def evaluate_artifact(
     artifact: Path, raw_dir: Path, only_users: set[str] | None = None
 ) -> dict[str, dict[str, float]]:
     """The same evaluation, of a built artifact (its ONNX files and vectors)."""
-    from recserve_model.encoding import EncodingSpec
-
     from pipelines import dataset
     from pipelines.train import encode_inputs
+    from recserve_model.encoding import EncodingSpec
 
     data = dataset.load_movielens(raw_dir)
     split = dataset.temporal_split(data.interactions)

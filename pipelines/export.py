@@ -12,12 +12,12 @@ import warnings
 from pathlib import Path
 
 import torch
-from recserve_model.affinity import RANK as AFFINITY_RANK
-from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 from torch import nn
 from torch.export import Dim
 
 from pipelines.models import Int8Ranker, Ranker, TwoTower
+from recserve_model.affinity import RANK as AFFINITY_RANK
+from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 
 USER_TOWER_INPUTS = ("user_features", "history")
 USER_TOWER_OUTPUTS = ("user_vector",)

@@ -24,10 +24,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import HISTORY_LEN
-from torch import Tensor, nn
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -98,10 +99,12 @@ class Affinity(nn.Module):
         return (user_side * self.item_side[item_id.squeeze(-1)]).sum(-1, keepdim=True)  # [B, 1]
 
     def user_affinity(self) -> UserAffinity:
-        """The user side, for the artifact (recserve_model/affinity.py)."""
+        """The user side, for the artifact (recserve_model/affinity.py), with
+        the item side for explaining scores."""
         return UserAffinity(
             self.history_side.detach().numpy().astype(np.float32),
             self.recency.detach().numpy().astype(np.float32),
+            self.item_side.detach().numpy().astype(np.float32),
         )
 
 

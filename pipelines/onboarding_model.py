@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from recserve_model.cold_start import AGE_BANDS, GENDERS, band, band_age, key
+
 from recserve_model.encoding import Encoder
+from recserve_model.segments import AGE_BANDS, GENDERS, band, band_age, key
 
 FIRST_RATINGS = 10  # a user's first ratings: what new users rate
 LIST_LENGTH = 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -10,12 +11,12 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 from rich.progress import Progress
 
 from pipelines import baselines
 from pipelines.dataset import Split
 from pipelines.models import Ranker, TwoTower
+from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 
 AFFINITY_BLEND = 10.0
 
@@ -160,6 +161,72 @@ def set_affinity(model: Ranker, train: pd.DataFrame, encoder: Encoder) -> None:
         )
 
 
+@dataclass(frozen=True)
+class RankerExamples:
+    """Each training user's candidates (the tower's top-n unseen items) with
+    their labels and the model's inputs, as tensors."""
+
+    candidates: torch.Tensor
+    labels: torch.Tensor
+    retrieval: torch.Tensor
+    user_vectors: torch.Tensor
+    user_features: torch.Tensor
+    history: torch.Tensor
+    item_features: torch.Tensor
+
+
+def ranker_examples(
+    split: Split, inputs: Inputs, tower: TwoTower, vectors: np.ndarray, n: int
+) -> RankerExamples:
+    from pipelines.dataset import recent_items
+
+    encoder = inputs.encoder
+    users = sorted(split.ranker_train["user_id"].unique())
+    recent = recent_items(split.tower_train)
+    u_vecs = user_vectors(tower, inputs, users, recent)
+    seen = seen_rows(split.tower_train, encoder)
+    targets = seen_rows(split.ranker_train, encoder)
+    scores = u_vecs @ vectors.T
+    scores[:, 0] = -np.inf
+    cand = np.zeros((len(users), n), dtype=np.int64)
+    label = np.zeros((len(users), n), dtype=np.float32)
+    for i, user in enumerate(users):
+        s = scores[i].copy()
+        s[list(seen.get(user, ()))] = -np.inf
+        top = np.argsort(-s, kind="stable")[:n]
+        # Train on what serving will see: the tower's own top-n. Adding the
+        # positives it missed would teach "low retrieval score is good".
+        wanted = np.fromiter(targets[user], dtype=np.int64)
+        cand[i] = top
+        label[i] = np.isin(top, wanted)
+    return RankerExamples(
+        torch.from_numpy(cand),
+        torch.from_numpy(label),
+        torch.from_numpy(np.take_along_axis(scores, cand, 1).astype(np.float32)),
+        torch.from_numpy(u_vecs),
+        torch.from_numpy(np.stack([inputs.user_features[u] for u in users])),
+        torch.from_numpy(np.stack([encoder.history(recent.get(u, [])) for u in users])),
+        torch.from_numpy(inputs.item_features),
+    )
+
+
+def initial_ranker(split: Split, inputs: Inputs, tower: TwoTower, config: TrainConfig) -> Ranker:
+    """The ranker before training: the tower's own softmax plus the affinity."""
+    spec = inputs.encoder.spec
+    model = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, config.dim)
+    # Affinity as of the end of the tower period, like every other input here.
+    set_affinity(model, split.tower_train, inputs.encoder)
+    with torch.no_grad():
+        # Start the id table from the item tower's embeddings.
+        model.table.copy_(tower.item.id_embedding.weight)
+        # Start as the tower's own softmax: retrieval score at its temperature,
+        # plus the affinity at 10x the retrieval score's weight (the best
+        # fixed blend on this split, docs/evaluation.md; 1x or 100x lose).
+        model.retrieval_weight.copy_(tower.log_scale.exp())
+        model.affinity_weight.copy_(AFFINITY_BLEND * tower.log_scale.exp())
+    return model
+
+
 def train_ranker(
     split: Split,
     inputs: Inputs,
@@ -176,73 +243,58 @@ def train_ranker(
     top-N unseen items; labels are the items each user went on to rate in the
     ranker window.
     """
-    from pipelines.dataset import recent_items
-
     torch.manual_seed(config.seed)
-    encoder = inputs.encoder
-    spec = encoder.spec
-    users = sorted(split.ranker_train["user_id"].unique())
-    recent = recent_items(split.tower_train)
-    u_vecs = user_vectors(tower, inputs, users, recent)
-    seen = seen_rows(split.tower_train, encoder)
-    targets = seen_rows(split.ranker_train, encoder)
-    scores = u_vecs @ vectors.T
-    scores[:, 0] = -np.inf
     n = config.ranker_candidates
-    cand = np.zeros((len(users), n), dtype=np.int64)
-    label = np.zeros((len(users), n), dtype=np.float32)
-    for i, user in enumerate(users):
-        s = scores[i].copy()
-        s[list(seen.get(user, ()))] = -np.inf
-        top = np.argsort(-s, kind="stable")[:n]
-        # Train on what serving will see: the tower's own top-n. Adding the
-        # positives it missed would teach "low retrieval score is good".
-        wanted = np.fromiter(targets[user], dtype=np.int64)
-        cand[i] = top
-        label[i] = np.isin(top, wanted)
-    t_cand = torch.from_numpy(cand)
-    t_label = torch.from_numpy(label)
-    t_retrieval = torch.from_numpy(np.take_along_axis(scores, cand, 1).astype(np.float32))
-    t_uvec = torch.from_numpy(u_vecs)
-    t_ufeat = torch.from_numpy(np.stack([inputs.user_features[u] for u in users]))
-    t_hist = torch.from_numpy(np.stack([encoder.history(recent.get(u, [])) for u in users]))
-    item_feats = torch.from_numpy(inputs.item_features)
-    model = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, config.dim)
-    # Affinity as of the end of the tower period, like every other input here.
-    set_affinity(model, split.tower_train, encoder)
+    ex = ranker_examples(split, inputs, tower, vectors, n)
+    model = initial_ranker(split, inputs, tower, config)
     with torch.no_grad():
-        t_user_side = model.affinity.user_side(t_hist)  # fixed factors: once per user
-        # Start the id table from the item tower's embeddings.
-        model.table.copy_(tower.item.id_embedding.weight)
-        # Start as the tower's own softmax: retrieval score at its temperature,
-        # plus the affinity at 10x the retrieval score's weight (the best
-        # fixed blend on this split, docs/evaluation.md; 1x or 100x lose).
-        model.retrieval_weight.copy_(tower.log_scale.exp())
-        model.affinity_weight.copy_(AFFINITY_BLEND * tower.log_scale.exp())
+        user_side = model.affinity.user_side(ex.history)  # fixed factors: once per user
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.ranker_lr, weight_decay=0.05)
     generator = torch.Generator().manual_seed(config.seed)
     # A fifth of the users is held out of the ranker's training: an epoch is
     # kept only if it ranks their window better than the best so far (the
     # starting blend included), so training can never make the ranker worse.
-    order = torch.randperm(len(users), generator=generator)
-    held = order[: len(users) // 5]
-    fit = order[len(users) // 5 :]
+    order = torch.randperm(len(ex.candidates), generator=generator)
+    held = order[: len(order) // 5]
+    fit = order[len(order) // 5 :]
 
     def logits(u: torch.Tensor) -> torch.Tensor:
-        rows = t_cand[u].reshape(-1, 1)
+        rows = ex.candidates[u].reshape(-1, 1)
         return model(
             rows,
-            t_uvec[u].repeat_interleave(n, 0),
-            t_ufeat[u].repeat_interleave(n, 0),
-            item_feats[rows.squeeze(-1)],
-            t_retrieval[u].reshape(-1, 1),
-            t_user_side[u].repeat_interleave(n, 0),
+            ex.user_vectors[u].repeat_interleave(n, 0),
+            ex.user_features[u].repeat_interleave(n, 0),
+            ex.item_features[rows.squeeze(-1)],
+            ex.retrieval[u].reshape(-1, 1),
+            user_side[u].repeat_interleave(n, 0),
         ).reshape(len(u), n)
+
+    best, by_epoch = keep_best_epoch(
+        model, logits, ex.labels, fit, held, (optimizer, generator), config, progress
+    )
+    return model, {"kept_epoch": best, "held_out_ndcg@10_by_epoch": by_epoch}
+
+
+def keep_best_epoch(
+    model: Ranker,
+    logits: Callable[[torch.Tensor], torch.Tensor],
+    labels: torch.Tensor,
+    fit: torch.Tensor,
+    held: torch.Tensor,
+    optimizer_and_generator: tuple[torch.optim.Optimizer, torch.Generator],
+    config: TrainConfig,
+    progress: Progress,
+) -> tuple[int, list[float]]:
+    """Trains on ``fit`` for the configured epochs and leaves the model at
+    the epoch (0: the start) that ranked ``held`` best; returns that epoch
+    and the held-out NDCG@10 of each."""
+    optimizer, generator = optimizer_and_generator
+    n = labels.shape[1]
 
     def held_ndcg() -> float:
         model.eval()
         with torch.no_grad():
-            value = ndcg_at_10(logits(held), t_label[held])
+            value = ndcg_at_10(logits(held), labels[held])
         model.train()
         return value
 
@@ -259,7 +311,7 @@ def train_ranker(
             # Listwise: softmax over each user's candidates, averaged over
             # that user's positives.
             log_p = F.log_softmax(logits(u), dim=1)
-            pos = t_label[u]
+            pos = labels[u]
             loss = -((log_p * pos).sum(1) / pos.sum(1).clamp(min=1)).mean()
             optimizer.zero_grad()
             loss.backward()
@@ -271,7 +323,7 @@ def train_ranker(
             best = (score, epoch, copy.deepcopy(model.state_dict()))
     model.load_state_dict(best[2])
     model.eval()
-    return model, {"kept_epoch": best[1], "held_out_ndcg@10_by_epoch": by_epoch}
+    return best[1], by_epoch
 
 
 def ndcg_at_10(scores: torch.Tensor, labels: torch.Tensor) -> float:

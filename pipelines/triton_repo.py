@@ -196,7 +196,8 @@ def publish_copy(data_dir: Path, source: str, version: str) -> dict[str, int]:
     """The artifact ``source`` published again as ``version`` (a link to the
     same files): a second version to rehearse a rollout or measure shadow
     scoring with. Versions a rollout uses are kept."""
-    from recserve_model import artifacts, rollout_state
+    from recserve_delivery import state as rollout_state
+    from recserve_model import artifacts
 
     root = artifacts.artifacts_root(data_dir)
     link = root / version

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,8 +76,17 @@ class RunningStack:
         return []  # certificates name 127.0.0.1
 
     def component_pids(self, marker: str) -> list[int]:
-        """The pids of the components whose command line holds ``marker``."""
-        return [p.pid for p in self.descendants() if marker in " ".join(p.cmdline())]
+        """The pids of the components whose command line holds ``marker``
+        (a process that exited meanwhile, such as a killed component not
+        reaped yet, is not one)."""
+        found = []
+        for process in self.descendants():
+            try:
+                if marker in " ".join(process.cmdline()):
+                    found.append(process.pid)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
+        return found
 
     def component_pid(self, marker: str) -> int:
         found = self.component_pids(marker)
@@ -118,9 +127,10 @@ PORT_NAMES = [
 ]
 
 
-def stack_env(
-    data_dir: Path, canary: dict[str, str] | None = None, **overrides: str
-) -> dict[str, str]:
+CanaryEnv = dict[str, str] | Callable[[dict[str, str]], dict[str, str]]
+
+
+def stack_env(data_dir: Path, canary: CanaryEnv | None = None, **overrides: str) -> dict[str, str]:
     # One block of consecutive free ports: the named ones, the second
     # gateway's, a canary gateway's, then six metrics ports (the runner
     # counts them up from a base, so they must be free as a run).
@@ -130,17 +140,17 @@ def stack_env(
         env[f"RECSERVE_STACK_{name.upper()}_PORT"] = str(base + offset)
     env["RECSERVE_STACK_GATEWAY_EXTRA_PORTS"] = f"[{base + len(PORT_NAMES)}]"  # a second gateway
     if canary is not None:
-        # A canary gateway build: the stable one's environment plus ``canary``.
+        # A canary gateway build: the stable one's environment plus ``canary``
+        # (or what it makes of the stack's ports).
         env["RECSERVE_STACK_GATEWAY_CANARY_PORT"] = str(base + len(PORT_NAMES) + 1)
-        env["RECSERVE_STACK_GATEWAY_CANARY_ENV"] = json.dumps(canary)
+        changes = canary(env) if callable(canary) else canary
+        env["RECSERVE_STACK_GATEWAY_CANARY_ENV"] = json.dumps(changes)
     env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(base + len(PORT_NAMES) + 2)
     env.update(overrides)
     return env
 
 
-def start_stack(
-    data_dir: Path, canary: dict[str, str] | None = None, **overrides: str
-) -> RunningStack:
+def start_stack(data_dir: Path, canary: CanaryEnv | None = None, **overrides: str) -> RunningStack:
     env = stack_env(data_dir, canary, **overrides)
     process = subprocess.Popen(
         [sys.executable, "-m", "recserve_stack", "up"],
@@ -178,7 +188,7 @@ def stop_stack(stack: RunningStack, timeout_s: float = 60) -> int:
 
 @contextmanager
 def running_stack(
-    data_dir: Path, canary: dict[str, str] | None = None, **overrides: str
+    data_dir: Path, canary: CanaryEnv | None = None, **overrides: str
 ) -> Iterator[RunningStack]:
     stack = start_stack(data_dir, canary, **overrides)
     try:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from recserve_cli import console as cli_console
 from recserve_kit.config import load_settings
 from recserve_stack import auth, envoy, pki
 from recserve_stack.canary_cli import app as canary_app
@@ -24,7 +24,7 @@ from recserve_stack.settings import StackSettings
 app = typer.Typer(add_completion=False, help=__doc__)
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(canary_app, name="canary")
-console = Console(stderr=True)
+console = cli_console(stderr=True)
 
 # Called once the stack is ready (make run prints sample recommendations).
 AfterReady = Callable[[StackSettings], Awaitable[None]]

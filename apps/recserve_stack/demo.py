@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import grpc
-from rich.console import Console
 from rich.table import Table
 
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
+from recserve_cli import console as cli_console
 from recserve_stack.settings import StackSettings
 
 SAMPLE_USERS = ("1", "42", "314")
@@ -29,7 +29,7 @@ def _table(title: str, reply: pb.RecommendResponse | pb.SimilarItemsResponse) ->
 
 
 async def show(settings: StackSettings) -> None:
-    console = Console()
+    console = cli_console()
     address = f"{settings.host}:{settings.envoy_port}"
     async with grpc.aio.insecure_channel(address) as channel:
         stub = recommend_pb2_grpc.RecommendServiceStub(channel)

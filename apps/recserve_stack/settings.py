@@ -24,18 +24,27 @@ def default_extra_gateways() -> list[int]:
 class StackSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RECSERVE_STACK_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    data_dir: Path = ROOT / "data"
-    envoy_port: int = Field(8080, ge=1, le=65535)
-    envoy_admin_port: int = Field(9901, ge=1, le=65535)
-    gateway_port: int = Field(50051, ge=1, le=65535)
+    host: str = Field("127.0.0.1", description="Address every component binds and calls.")
+    data_dir: Path = Field(
+        ROOT / "data",
+        description="Artifacts, stores, certificates, keys, logs and traces of the stack.",
+    )
+    envoy_port: int = Field(8080, ge=1, le=65535, description="Envoy's public listener.")
+    envoy_admin_port: int = Field(
+        9901, ge=1, le=65535, description="Envoy's admin interface (loopback only)."
+    )
+    gateway_port: int = Field(50051, ge=1, le=65535, description="The first gateway's port.")
     # More gateway processes behind Envoy, one port each: a gateway that dies
     # is no longer the one process whose death clients see (Envoy retries on
     # the other). Default: a second gateway where there are cores for it. On
     # two cores it cost 1.7 ms more CPU per request at 50/s and doubled p99
     # under 520/s of overload (two bounds admit twice the work), so there one
-    # gateway runs unless asked (docs/benchmarks.md, "Chaos under load").
-    gateway_extra_ports: list[int] = Field(default_factory=lambda: default_extra_gateways())
+    # gateway runs unless asked (docs/benchmarks.md, "One gateway or two").
+    gateway_extra_ports: list[int] = Field(
+        default_factory=lambda: default_extra_gateways(),
+        description="Ports of more gateway processes behind Envoy, as JSON; Envoy retries "
+        "a failed call on another one, so a gateway that dies costs clients no error.",
+    )
     gateway_canary_port: int = Field(
         0,
         ge=0,
@@ -46,16 +55,26 @@ class StackSettings(BaseSettings):
     gateway_canary_env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment of the canary gateway over the others' (what its build "
-        'changes), as JSON: {"RECSERVE_GATEWAY_STAGE_DELAY_MS": "200"}.',
+        'changes), as JSON: {"RECSERVE_GATEWAY_RANK_MS": "20"}.',
     )
-    features_port: int = Field(50052, ge=1, le=65535)
-    retriever_port: int = Field(50053, ge=1, le=65535)
-    ranker_port: int = Field(50054, ge=1, le=65535)
-    triton_http_port: int = Field(8000, ge=1, le=65535)
-    triton_grpc_port: int = Field(8001, ge=1, le=65535)
-    triton_metrics_port: int = Field(8002, ge=1, le=65535)
+    features_port: int = Field(50052, ge=1, le=65535, description="The features service's port.")
+    retriever_port: int = Field(50053, ge=1, le=65535, description="The retriever's port.")
+    ranker_port: int = Field(50054, ge=1, le=65535, description="The ranker's port.")
+    triton_http_port: int = Field(
+        8000, ge=1, le=65535, description="Triton's HTTP port; off when tls is on."
+    )
+    triton_grpc_port: int = Field(8001, ge=1, le=65535, description="Triton's gRPC port.")
+    triton_metrics_port: int = Field(
+        8002, ge=1, le=65535, description="Triton's Prometheus /metrics port."
+    )
     # Prometheus /metrics of the services: gateway, features, retriever, ranker.
-    metrics_base_port: int = Field(9101, ge=1, le=65500)
+    metrics_base_port: int = Field(
+        9101,
+        ge=1,
+        le=65500,
+        description="/metrics of the gateway; features, retriever and ranker take the next "
+        "three ports, extra gateways the ones after.",
+    )
     rate_limit_per_second: int = Field(
         2000, ge=1, description="Envoy's local rate limit for the public listener."
     )
@@ -71,14 +90,33 @@ class StackSettings(BaseSettings):
         description="Mutual TLS on every internal port (certificates from a local CA in "
         "<data_dir>/tls). False: plaintext on loopback, only to measure what TLS costs.",
     )
-    triton_venv: Path = ROOT / ".venv-triton"
+    triton_venv: Path = Field(
+        ROOT / ".venv-triton",
+        description="Triton's own environment (nvidia-pytriton pins numpy<2, Feast needs 2).",
+    )
     # Triton model repository; the pipeline generates it under the data dir.
-    triton_repository: Path | None = None
-    triton_models: list[str] = Field(default_factory=lambda: ["user_tower", "ranker"])
-    triton_config_name: str = ""
-    python: Path = Path(sys.executable)
-    start_timeout_s: float = Field(120.0, gt=0)
-    stop_timeout_s: float = Field(15.0, gt=0)
+    triton_repository: Path | None = Field(
+        None, description="Triton's model repository; unset: <data_dir>/triton/repository."
+    )
+    triton_models: list[str] = Field(
+        default_factory=lambda: ["user_tower", "ranker"],
+        description="Models Triton loads at start, as JSON.",
+    )
+    triton_config_name: str = Field(
+        "",
+        description="Triton's --model-config-name (gpu: configs/gpu.pbtxt); empty: config.pbtxt.",
+    )
+    python: Path = Field(Path(sys.executable), description="Interpreter that runs the services.")
+    start_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="The whole stack (or a restarted component) must be ready within this long.",
+    )
+    stop_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        description="After SIGTERM the components get this long, together, before SIGKILL.",
+    )
 
     @property
     def repository(self) -> Path:

@@ -94,7 +94,7 @@ CONTROL_PROTOCOLS = "model-repository,shared-memory,trace,logging"
 
 def security_flags(tls_dir: Path) -> list[str]:
     """Mutual TLS on gRPC (only the stack's certificates get in) and the
-    control APIs behind the secret header (issue 16, finding 1). No HTTP:
+    control APIs behind the secret header, so no other local process can use them. No HTTP:
     tritonserver has no TLS there, and readiness is asked over gRPC."""
     secret = (tls_dir / TRITON_CONTROL_SECRET).read_text().strip()
     restriction = f"{TRITON_CONTROL_HEADER}={secret}"

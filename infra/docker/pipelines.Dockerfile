@@ -7,7 +7,7 @@ ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 # torch's CPU build (the pin says +cpu) lives on PyTorch's own index; where
 # that is not reachable, point this at a mirror that holds the same wheel
-# (issue 19, finding 3): --build-arg TORCH_INDEX_URL=https://mirror/whl/cpu
+# (for hosts that cannot reach it): --build-arg TORCH_INDEX_URL=https://mirror/whl/cpu
 # Empty: no extra index; the wheel comes from build/wheels, which the local
 # path (infra/local/compose.sh) fills with `pip download` on the host.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -34,11 +34,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /src/gen/python /app/gen/python
 COPY libs /app/libs
+COPY apps /app/apps
 COPY pipelines /app/pipelines
-COPY services /app/services
 COPY infra/triton /app/infra/triton
 ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONPATH=/app:/app/libs:/app/gen/python \
+    PYTHONPATH=/app:/app/libs:/app/apps:/app/gen/python \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp

@@ -32,8 +32,8 @@ RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nolog
     && mkdir -p /data && chown 10001:10001 /data  # a new named volume takes this owner
 COPY --from=build /opt/venv /opt/venv
 COPY --from=protos /src/gen/python /app/gen/python
-COPY libs/recserve_kit /app/libs/recserve_kit
-COPY libs/recserve_model /app/libs/recserve_model
+# Every library: each is small, and a service imports only what it uses.
+COPY libs /app/libs
 COPY services/__init__.py /app/services/__init__.py
 COPY services/${SERVICE} /app/services/${SERVICE}
 # No .pyc writes and nothing outside /data and /tmp: runs with read_only: true.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stand-in base images (and Prometheus) for machines that reach Debian's and PyPI's packages
-# but no container registry (issue 19, finding 5). Builds, once each (an
+# but no container registry, where no base image can be pulled. Builds, once each (an
 # image already present is kept; FORCE=1 rebuilds):
 #   recserve-local/python:3.11-bookworm  Debian bookworm minbase + python3.11,
 #                                        venv, pip, `python`, the machine's CAs

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The Compose stack on this machine (issue 19): Debian's docker.io engine and
-# docker-compose 1.29, stand-in bases (bases.sh), compose.yaml plus
-# compose.local.yaml. Used by `make compose-up|compose-down|compose-test`.
+# The Compose stack on this machine, needing no container registry: Debian's
+# docker.io engine and docker-compose 1.29, stand-in bases (bases.sh),
+# compose.yaml plus compose.local.yaml. Used by `make compose-up|compose-down|compose-test`.
 #   compose.sh engine install and start the Docker engine (exit 1 if it cannot run)
 #   compose.sh up     the engine, build every image, start, wait healthy
 #   compose.sh down   remove the containers, network and volumes (and the engine if we started it)

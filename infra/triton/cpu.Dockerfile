@@ -22,7 +22,7 @@ RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nolog
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /opt/backends /opt/backends
 # The stub finds numpy and onnxruntime through the python3 first on PATH.
-# Two malloc arenas, as the local runner sets (libs/recserve_stack/triton.py).
+# Two malloc arenas, as the local runner sets (apps/recserve_stack/triton.py).
 ENV PATH=/opt/venv/bin:$PATH \
     LD_LIBRARY_PATH=/usr/local/lib:/opt/venv/lib/python3.11/site-packages/nvidia_pytriton.libs \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -34,7 +34,7 @@ class TritonPythonModel:
             os.path.join(version_dir, "model.onnx"), options, providers=["CPUExecutionProvider"]
         )
         # The config is the model's, shared by its versions; a version's graph
-        # may take fewer inputs (rankers before issue 18 had no "user_affinity"),
+        # may take fewer inputs (rankers from before the affinity feature have no "user_affinity"),
         # so each version is fed what its own graph declares.
         declared = {i.name for i in self.session.get_inputs()}
         self.inputs = [i["name"] for i in config["input"] if i["name"] in declared]

@@ -1,9 +1,9 @@
 #!/bin/sh
 # Starts tritonserver in the Compose stack with the stack's security settings
-# (issue 16, finding 1): gRPC takes only certificates of the stack's CA, model
-# control needs the ranker's secret header, and HTTP answers health alone
-# (the healthcheck's; no TLS there, so nothing else). The same flags as the
-# local runner's libs/recserve_stack/triton.py (tests/integration/
+# so only the stack's own components get in: gRPC takes only certificates of
+# the stack's CA, model control needs the ranker's secret header, and HTTP
+# answers health alone (the healthcheck's; no TLS there, so nothing else). The
+# same flags as the local runner's apps/recserve_stack/triton.py (tests/integration/
 # test_compose.py compares them), except that the local stack turns HTTP off:
 # there any local user can read the secret from the process list.
 # Usage: start.sh TRITONSERVER [ARGS...]; TRITON_EXTRA_ARGS are appended.

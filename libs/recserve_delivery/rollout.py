@@ -6,7 +6,7 @@ hash of the user id, so a user stays on one version and, as the share grows,
 only ever moves from stable to candidate. The judge looks at the candidate's
 figures since its step began (ranking latency, Triton errors and non-finite
 scores, Triton's memory) once a second and promotes, holds or rolls back;
-every transition is persisted (recserve_model.rollout_state), logged with
+every transition is persisted (recserve_delivery.state), logged with
 its figures and counted in metrics.
 """
 
@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import ClassVar, get_args
 
 from hdrh.histogram import HdrHistogram
 from prometheus_client import Counter, Gauge, Histogram
-from recserve_model import rollout_state
-from recserve_model.rollout_state import Figures, RolloutState, Triggers, Verdict, judge
 
+from recserve_delivery import state as rollout_state
+from recserve_delivery.state import Figures, RolloutState, Triggers, Verdict, judge
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
 
 log = logging.getLogger(__name__)
@@ -34,28 +34,44 @@ log = logging.getLogger(__name__)
 HOLD_LOG_S = 10.0
 STATUSES: tuple[str, ...] = get_args(rollout_state.Status)
 
-SHARE = Gauge("recserve_ranker_rollout_share_percent", "Users on the candidate version.")
-DECISIONS = Counter(
-    "recserve_ranker_rollout_decisions_total", "The rollout judge's decisions.", ["action"]
-)
-CANDIDATE = Gauge(
-    "recserve_ranker_rollout_candidate",
-    "The candidate's figures at the judge's last look (this step).",
-    ["figure"],
-)
-STATUS = Gauge("recserve_ranker_rollout_status", "1 for the rollout's status.", ["status"])
-VERSION_SECONDS = Histogram(
-    "recserve_ranker_version_seconds",
-    "Ranking inference time by model version during a rollout (recorded also when "
-    "the caller gave up).",
-    ["version"],
-    buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5),
-)
-VERSION_ERRORS = Counter(
-    "recserve_ranker_version_errors_total",
-    "Failed inferences by model version during a rollout: Triton errors, non-finite scores.",
-    ["version", "kind"],
-)
+
+class RolloutMetrics:
+    """One rollout's metrics, named ``<prefix>_rollout_*`` and
+    ``<prefix>_version_*``: ``recserve_ranker`` for the model rollout,
+    ``recserve_canary`` for the service canary. One instance per prefix and
+    process (Prometheus refuses a name registered twice)."""
+
+    _made: ClassVar[dict[str, RolloutMetrics]] = {}
+
+    def __init__(self, prefix: str) -> None:
+        self.share = Gauge(f"{prefix}_rollout_share_percent", "Users on the candidate version.")
+        self.decisions = Counter(
+            f"{prefix}_rollout_decisions_total", "The rollout judge's decisions.", ["action"]
+        )
+        self.candidate = Gauge(
+            f"{prefix}_rollout_candidate",
+            "The candidate's figures at the judge's last look (this step).",
+            ["figure"],
+        )
+        self.status = Gauge(f"{prefix}_rollout_status", "1 for the rollout's status.", ["status"])
+        self.version_seconds = Histogram(
+            f"{prefix}_version_seconds",
+            "Inference (or upstream) time by version during a rollout (recorded also when "
+            "the caller gave up).",
+            ["version"],
+            buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5),
+        )
+        self.version_errors = Counter(
+            f"{prefix}_version_errors_total",
+            "Failed calls by version during a rollout: errors, non-finite scores.",
+            ["version", "kind"],
+        )
+
+    @classmethod
+    def named(cls, prefix: str) -> RolloutMetrics:
+        if prefix not in cls._made:
+            cls._made[prefix] = cls(prefix)
+        return cls._made[prefix]
 
 
 def user_position(user_id: str) -> float:
@@ -124,8 +140,10 @@ class Rollout:
         stable: str,
         clock: Callable[[], float] = time.time,
         name: str = "ranker",
+        metrics_prefix: str = "recserve_ranker",
     ) -> None:
         self.data_dir = data_dir
+        self.metrics = RolloutMetrics.named(metrics_prefix)
         self.clock = clock
         self.name = name  # the state file: <data_dir>/rollout/<name>.json
         self.state = rollout_state.load(data_dir, name) or RolloutState(stable=stable)
@@ -148,11 +166,11 @@ class Rollout:
 
     def completed(self, version: str, seconds: float) -> None:
         self.windows.setdefault(version, VersionWindow()).completed(seconds)
-        VERSION_SECONDS.labels(version).observe(seconds)
+        self.metrics.version_seconds.labels(version).observe(seconds)
 
     def failed(self, version: str, kind: str, counted: bool = False) -> None:
         self.windows.setdefault(version, VersionWindow()).failed(counted)
-        VERSION_ERRORS.labels(version, kind).inc()
+        self.metrics.version_errors.labels(version, kind).inc()
 
     # -- transitions -------------------------------------------------------------
 
@@ -220,9 +238,10 @@ class Rollout:
             self._new_step()
             self._decide("promote", f"to {s.share_percent:g}%: {reason}", figures)
         else:
+            share = s.share_percent  # the last step's: 100%
             s.status = "promoted"
             s.stable, s.reason = s.candidate, reason
-            self._decide("promote", f"{s.candidate} is stable: {reason}", figures)
+            self._decide("promote", f"{s.candidate} is stable: {reason}", figures, share)
 
     def rollback(self, reason: str, figures: dict[str, float] | None = None) -> None:
         self._require("running", "paused")
@@ -249,13 +268,13 @@ class Rollout:
         verdict = judge(s, figures, memory_fraction, self.clock())
         self.last = verdict
         for name, value in verdict.figures.items():
-            CANDIDATE.labels(name).set(value)
+            self.metrics.candidate.labels(name).set(value)
         if verdict.action == "rollback":
             self.rollback(verdict.reason, verdict.figures)
         elif verdict.action == "promote":
             self.promote(verdict.reason, verdict.figures)
         else:
-            DECISIONS.labels("hold").inc()
+            self.metrics.decisions.labels("hold").inc()
             now = self.clock()
             if now - self._last_hold_log >= HOLD_LOG_S:
                 self._last_hold_log = now
@@ -297,7 +316,7 @@ class Rollout:
         )
         s.record(decision)
         self._save()
-        DECISIONS.labels(action).inc()
+        self.metrics.decisions.labels(action).inc()
         log.info(
             "rollout %s",
             action,
@@ -317,6 +336,6 @@ class Rollout:
         self._export()
 
     def _export(self) -> None:
-        SHARE.set(self.state.share_percent)
+        self.metrics.share.set(self.state.share_percent)
         for status in STATUSES:
-            STATUS.labels(status).set(1 if status == self.state.status else 0)
+            self.metrics.status.labels(status).set(1 if status == self.state.status else 0)

@@ -131,6 +131,15 @@ class Verdict:
     figures: dict[str, float] = field(default_factory=dict)
 
 
+def percent(fraction: float, decimals: int) -> str:
+    """``fraction`` as a percentage with ``decimals`` places, or with two
+    significant digits where those would show a limit such as 0.0001 as 0%."""
+    shown = f"{fraction:.{decimals}%}"
+    if fraction and float(shown.rstrip("%")) == 0:
+        return f"{fraction * 100:.2g}%"
+    return shown
+
+
 def judge(
     state: RolloutState, figures: Figures, memory_fraction: float | None, now: float
 ) -> Verdict:
@@ -150,7 +159,7 @@ def judge(
         if memory_fraction > t.max_memory_fraction:
             return Verdict(
                 "rollback",
-                f"memory {memory_fraction:.1%} > {t.max_memory_fraction:.1%}",
+                f"memory {percent(memory_fraction, 1)} > {percent(t.max_memory_fraction, 1)}",
                 seen,
             )
     enough = figures.requests >= state.min_requests
@@ -158,7 +167,8 @@ def judge(
     if rate > t.max_error_rate and (enough or figures.errors >= MIN_ERRORS):
         return Verdict(
             "rollback",
-            f"error rate {rate:.2%} ({figures.errors}/{figures.requests}) > {t.max_error_rate:.2%}",
+            f"error rate {percent(rate, 2)} ({figures.errors}/{figures.requests}) "
+            f"> {percent(t.max_error_rate, 2)}",
             seen,
         )
     if enough and figures.p99_ms > t.max_p99_ms:

@@ -4,10 +4,9 @@ Triton client (it runs in the init/batch image)."""
 
 from __future__ import annotations
 
-from recserve_model.rollout_state import Decision
-
 from recserve.ranker.v1 import ranker_pb2 as pb
-from services.ranker.rollout import Rollout
+from recserve_delivery.rollout import Rollout
+from recserve_delivery.state import Decision
 
 
 def decision(d: Decision) -> pb.RolloutDecision:

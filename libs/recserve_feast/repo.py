@@ -15,14 +15,15 @@ import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from feast import Entity, FeatureService, FeatureStore, FeatureView, Field, FileSource, PushSource
 from feast.repo_config import RepoConfig
 from feast.types import Array, Float32, Int64, String
 from feast.value_type import ValueType
-from recserve_model import published
 
-from services.features.config import redis_connection
+from recserve_feast.stores import redis_connection
+from recserve_model import published
 
 PROJECT = "recserve"
 USER_PUSH_SOURCE = "user_activity_push"
@@ -41,55 +42,53 @@ def _source(features_dir: Path, table: str) -> FileSource:
     )
 
 
-def definitions(features_dir: Path) -> list[object]:
+def _view(name: str, entity: Entity, schema: list[Field], source: Any) -> FeatureView:
+    return FeatureView(
+        name=name, entities=[entity], ttl=TTL, online=True, schema=schema, source=source
+    )
+
+
+def definitions(features_dir: Path) -> list[Any]:
     activity_push = PushSource(
         name=USER_PUSH_SOURCE, batch_source=_source(features_dir, "user_activity")
     )
     stats_push = PushSource(name=ITEM_PUSH_SOURCE, batch_source=_source(features_dir, "item_stats"))
-    user_profile = FeatureView(
-        name="user_profile",
-        entities=[user],
-        ttl=TTL,
-        online=True,
-        schema=[
+    user_profile = _view(
+        "user_profile",
+        user,
+        [
             Field(name="age", dtype=Int64),
             Field(name="gender", dtype=String),
             Field(name="occupation", dtype=String),
         ],
-        source=_source(features_dir, "user_profile"),
+        _source(features_dir, "user_profile"),
     )
-    user_activity = FeatureView(
-        name="user_activity",
-        entities=[user],
-        ttl=TTL,
-        online=True,
-        schema=[
+    user_activity = _view(
+        "user_activity",
+        user,
+        [
             Field(name="rating_count", dtype=Int64),
             Field(name="mean_rating", dtype=Float32),
             Field(name="recent_item_ids", dtype=Array(String)),
             Field(name="seen_item_ids", dtype=Array(String)),
         ],
-        source=activity_push,
+        activity_push,
     )
-    item_profile = FeatureView(
-        name="item_profile",
-        entities=[item],
-        ttl=TTL,
-        online=True,
-        schema=[
+    item_profile = _view(
+        "item_profile",
+        item,
+        [
             Field(name="title", dtype=String),
             Field(name="year", dtype=Int64),
             Field(name="genres", dtype=Array(String)),
         ],
-        source=_source(features_dir, "item_profile"),
+        _source(features_dir, "item_profile"),
     )
-    item_stats = FeatureView(
-        name="item_stats",
-        entities=[item],
-        ttl=TTL,
-        online=True,
-        schema=[Field(name="popularity", dtype=Int64), Field(name="mean_rating", dtype=Float32)],
-        source=stats_push,
+    item_stats = _view(
+        "item_stats",
+        item,
+        [Field(name="popularity", dtype=Int64), Field(name="mean_rating", dtype=Float32)],
+        stats_push,
     )
     return [
         user,

@@ -14,6 +14,8 @@ MODEL_VERSION = "recserve.model.version"
 CACHE_HITS = "recserve.cache.hits"
 BUDGET_REMAINING_MS = "recserve.budget.remaining_ms"
 IN_FLIGHT = "recserve.in_flight"
+# Milliseconds between Envoy taking a request (x-request-start) and the gateway starting it.
+QUEUED_MS = "recserve.queued_ms"
 
 ALL = (
     STAGE,
@@ -26,4 +28,5 @@ ALL = (
     CACHE_HITS,
     BUDGET_REMAINING_MS,
     IN_FLIGHT,
+    QUEUED_MS,
 )

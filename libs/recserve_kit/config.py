@@ -33,7 +33,11 @@ class ServiceSettings(BaseSettings):
     data_dir: Path = Field(
         DEFAULT_DATA_DIR, description="Where artifacts, stores and trace files live."
     )
-    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    log_level: str = Field(
+        "INFO",
+        pattern="^(DEBUG|INFO|WARNING|ERROR)$",
+        description="Least severe log level written: DEBUG, INFO, WARNING or ERROR.",
+    )
     shutdown_grace_s: float = Field(
         5.0, gt=0, le=120, description="In-flight calls get this long to finish on SIGTERM."
     )

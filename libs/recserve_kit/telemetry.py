@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from prometheus_client import start_http_server
 
-# Per service: the file, then one older file of this size (issue 19,
-# finding 7: a long-running stack filled its volume with spans).
+# Per service: the file, then one older file of this size (unrotated, a
+# long-running stack filled its volume with spans).
 TRACE_FILE_MAX_BYTES = 64 * 1024 * 1024
 
 

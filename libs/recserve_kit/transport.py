@@ -3,7 +3,7 @@ certificates are configured, plaintext on loopback otherwise.
 
 With ``Tls`` every server demands a client certificate signed by the stack's
 CA and every channel presents its own, so an internal port answers only the
-stack's own components (issue 16, finding 1). Plaintext is for in-process
+stack's own components, never another local process. Plaintext is for in-process
 tests and debugging: ``ServiceSettings`` refuses it on any address other than
 loopback.
 """

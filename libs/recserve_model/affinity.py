@@ -25,6 +25,9 @@ RANK = 32  # the factorisation's rank; the ranker's `user_affinity` input width
 class UserAffinity:
     history_side: np.ndarray  # [num_rows, RANK] float32; row 0 (padding) is never read
     recency: np.ndarray  # [HISTORY_LEN] float32, weight of the k-th most recent item
+    # [num_rows, RANK]: the candidates' side, in the graph; kept here only to
+    # explain a score (debug answers). None in artifacts from before it.
+    item_side: np.ndarray | None = None
 
     @classmethod
     def load(cls, artifact: Path) -> UserAffinity | None:
@@ -33,10 +36,21 @@ class UserAffinity:
         if not path.exists():
             return None
         with np.load(path) as stored:
-            return cls(stored["history_side"], stored["recency"])
+            item_side = stored["item_side"] if "item_side" in stored.files else None
+            return cls(stored["history_side"], stored["recency"], item_side)
 
     def save(self, artifact: Path) -> None:
-        np.savez(artifact / FILE, history_side=self.history_side, recency=self.recency)
+        arrays = {"history_side": self.history_side, "recency": self.recency}
+        if self.item_side is not None:
+            arrays["item_side"] = self.item_side
+        np.savez(artifact / FILE, **arrays)  # type: ignore[arg-type]
+
+    def scores(self, user_side: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Each candidate row's affinity to the user (``user_side``: [RANK]),
+        as the graph computes it; zeros without the item side."""
+        if self.item_side is None:
+            return np.zeros(len(rows), dtype=np.float32)
+        return (self.item_side[rows] @ user_side).astype(np.float32)
 
     def vectors(self, histories: np.ndarray) -> np.ndarray:
         """[N, HISTORY_LEN] item rows (0 pads) -> [N, RANK] float32."""

@@ -1,5 +1,5 @@
 """Segments of new users (no history, known attributes), shared by the build
-that writes their lists (pipelines/cold_start.py) and the gateway that serves
+that writes their lists (pipelines/onboarding_model.py) and the gateway that serves
 them: ``<artifact>/cold_start.json``."""
 
 from __future__ import annotations

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from recserve_model import artifacts
-from rich.console import Console
 
 from pipelines.rescore import layout
+from recserve_cli import console as cli_console
+from recserve_model import artifacts
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
-console = Console(stderr=True)
+console = cli_console(stderr=True)
 DataDir = Annotated[Path, typer.Option(help="Where the artifacts and runs live.")]
 RedisUrl = Annotated[str, typer.Option(help="Redis online store; empty: SQLite.")]
 

@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pipelines.rescore import layout
 from pipelines.rescore.scoring import load_bundle, score_users, tables
+from recserve_cli import console as cli_console
 
 STATUS_SCHEMA = "bucket int, users long, pairs long, seconds double"
 USER_COLUMNS = [
@@ -192,7 +193,7 @@ def _watch(run_dir: Path, buckets: int, stop: threading.Event, console: Console)
 def run_job(
     spark: SparkSession, config: RunConfig, run_dir: Path, console: Console | None = None
 ) -> JobResult:
-    console = console or Console(stderr=True)
+    console = console or cli_console(stderr=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     stored = run_dir / "run.json"
     if stored.exists() and RunConfig.load(stored) != config:

@@ -18,15 +18,15 @@ from typing import Any
 
 import pandas as pd
 from feast import FeatureStore
-from recserve_model import published
 
 from pipelines.rescore import layout
-from services.features.feature_repo import (
+from recserve_feast.repo import (
     RECOMMENDATION_SLOTS,
     recommendation_view,
     repo_config,
     user,
 )
+from recserve_model import published
 
 HISTORY = 10
 

@@ -19,6 +19,7 @@ import numpy as np
 import onnxruntime as ort
 import pandas as pd
 import pyarrow as pa
+
 from recserve_model import artifacts
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.encoding import OOV_ROW, Encoder, EncodingSpec
@@ -45,7 +46,7 @@ class ModelBundle:
     eligible: np.ndarray  # [rows] bool: in the catalog, active, not OOV
     vocabulary: pa.Array  # item id by embedding row
     row_index: pd.Index  # item id -> embedding row
-    affinity: UserAffinity | None  # None: an artifact from before issue 18
+    affinity: UserAffinity | None  # None: an artifact from before the affinity feature
 
     @property
     def ranker_reads_affinity(self) -> bool:

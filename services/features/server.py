@@ -7,13 +7,13 @@ import logging
 
 import pandas as pd
 from feast import FeatureStore
-from recserve_model import artifacts
 
+from recserve_feast.repo import apply_and_publish, published_version, repo_config
 from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
+from recserve_model import artifacts
 from services.features.config import FeaturesSettings
 from services.features.domain import Features
-from services.features.feature_repo import apply_and_publish, published_version, repo_config
 from services.features.servicer import FeaturesServicer
 
 SERVICE_NAME = "recserve.features.v1.FeatureService"
@@ -79,5 +79,6 @@ async def create_server(settings: FeaturesSettings) -> Service:
                 log.info("serving features of %s", version)
 
     service.run_in_background(watch_publishes)
+    service.on_stop.append(features.catalogue.close)
     service.domain = features
     return service

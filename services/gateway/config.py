@@ -11,18 +11,30 @@ from recserve_kit.config import ServiceSettings
 class GatewaySettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="RECSERVE_GATEWAY_", extra="ignore", frozen=True)
 
-    port: int = Field(50051, ge=0, le=65535)
-    features_addr: str = "127.0.0.1:50052"
-    retriever_addr: str = "127.0.0.1:50053"
-    ranker_addr: str = "127.0.0.1:50054"
+    port: int = Field(50051, ge=0, le=65535, description="The gateway's gRPC port.")
+    features_addr: str = Field(
+        "127.0.0.1:50052", description="The features service's gRPC address."
+    )
+    retriever_addr: str = Field(
+        "127.0.0.1:50053", description="The retriever service's gRPC address."
+    )
+    ranker_addr: str = Field("127.0.0.1:50054", description="The ranker service's gRPC address.")
     # The latency budget: 100 ms end to end inside a 120 ms p99 objective,
     # split into per-stage caps. A call gets the smaller of its cap and what
     # remains of the request's budget.
-    budget_ms: float = Field(100.0, gt=0, le=10_000)
-    features_ms: float = Field(15.0, gt=0)
-    embed_ms: float = Field(15.0, gt=0)
-    retrieve_ms: float = Field(15.0, gt=0)
-    rank_ms: float = Field(30.0, gt=0)
+    budget_ms: float = Field(
+        100.0,
+        gt=0,
+        le=10_000,
+        description="End-to-end budget of a request; the time it queued before the "
+        "gateway counts against it.",
+    )
+    features_ms: float = Field(15.0, gt=0, description="Cap on the features stage.")
+    embed_ms: float = Field(
+        15.0, gt=0, description="Cap on the embed stage (the ranker's user tower)."
+    )
+    retrieve_ms: float = Field(15.0, gt=0, description="Cap on the retrieval stage.")
+    rank_ms: float = Field(30.0, gt=0, description="Cap on the ranking stage.")
     min_stage_ms: float = Field(
         1.0, gt=0, description="Below this much budget a stage is not attempted: fallback."
     )
@@ -44,7 +56,7 @@ class GatewaySettings(ServiceSettings):
     min_in_flight: int = Field(2, ge=1, description="The adaptive bound never goes below this.")
     # Half the budget: at 200/s on 2 cores it halved p99 against a fixed
     # bound and served the most full answers; 30 ms cut p99 further but shed
-    # more at 100/s (docs/benchmarks.md, "Overload").
+    # more at 100/s (docs/benchmarks.md, "Overload: a fixed bound ...").
     limit_target_ms: float = Field(
         50.0,
         gt=0,
@@ -63,9 +75,6 @@ class GatewaySettings(ServiceSettings):
         description="A request that waited longer than this between Envoy (x-request-start) "
         "and the gateway is answered at once from the fallback (SHED): under overload the "
         "queue, not the stages, is where the time goes.",
-    )
-    stage_delay_ms: float = Field(
-        0.0, ge=0, description="Test hook: added before the rank stage to simulate a slow ranker."
     )
     fallback_refresh_s: float = Field(5.0, ge=0, description="How often to reload popular lists.")
 

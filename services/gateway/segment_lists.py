@@ -1,7 +1,7 @@
-"""A new user's list, chosen for their attributes (issue 18, cold start).
+"""A new user's list, chosen for their attributes (the segment lists).
 
 The build writes one list per (gender, age band, occupation) into the
-artifact (``cold_start.json``, pipelines/cold_start.py); this loads the
+artifact (``cold_start.json``, pipelines/onboarding_model.py); this loads the
 current artifact's and follows it as it changes. An artifact from before the
 lists has none: new users then get the popular list, as before.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recserve_model import artifacts
-from recserve_model import cold_start as segment
+from recserve_model import segments as segment
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class Attributes:
     occupation: str
 
 
-class ColdStartLists:
+class SegmentLists:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.version = ""

@@ -8,7 +8,6 @@ import logging
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from recserve_model.artifacts import ArtifactError
 
 from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2_grpc
@@ -17,11 +16,12 @@ from recserve_kit import transport
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.server import Registration, Service, build_server
-from services.gateway.cold_start import ColdStartLists
+from recserve_model.artifacts import ArtifactError
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.domain import Gateway
-from services.gateway.fallback import PopularItems
+from services.gateway.popular import PopularItems
+from services.gateway.segment_lists import SegmentLists
 from services.gateway.servicer import GatewayServicer
 
 SERVICE_NAME = "recserve.recommend.v1.RecommendService"
@@ -51,19 +51,15 @@ async def backend_serving(channel: grpc.aio.Channel) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-async def create_server(settings: GatewaySettings) -> Service:
-    channels = {
-        name: transport.aio_channel(address, settings.tls("gateway"), CHANNEL_OPTIONS)
-        for name, address in (
-            ("features", settings.features_addr),
-            ("retriever", settings.retriever_addr),
-            ("ranker", settings.ranker_addr),
-        )
-    }
+def create_gateway(
+    settings: GatewaySettings, channels: dict[str, grpc.aio.Channel]
+) -> tuple[Gateway, ItemWatch]:
+    """The domain with its local copies loaded: fallback lists, segment lists,
+    and the catalogue copy the returned watch keeps live."""
     popular = PopularItems(settings.data_dir)
     popular.reload()
-    cold_start = ColdStartLists(settings.data_dir)
-    cold_start.reload()
+    segments = SegmentLists(settings.data_dir)
+    segments.reload()
     descriptions = ItemDescriptions()
     watch = ItemWatch(channels["features"], descriptions.replace, descriptions.update)
     gateway = Gateway(
@@ -73,8 +69,22 @@ async def create_server(settings: GatewaySettings) -> Service:
         ranker_pb2_grpc.RankerServiceStub(channels["ranker"]),
         popular,
         descriptions,
-        cold_start,
+        segments,
     )
+    return gateway, watch
+
+
+async def create_server(settings: GatewaySettings) -> Service:
+    channels = {
+        name: transport.aio_channel(address, settings.tls("gateway"), CHANNEL_OPTIONS)
+        for name, address in (
+            ("features", settings.features_addr),
+            ("retriever", settings.retriever_addr),
+            ("ranker", settings.ranker_addr),
+        )
+    }
+    gateway, watch = create_gateway(settings, channels)
+    popular, segments = gateway.degrade.popular, gateway.degrade.segments
 
     async def fallback_loaded() -> bool:
         return popular.loaded
@@ -90,23 +100,16 @@ async def create_server(settings: GatewaySettings) -> Service:
         for name, channel in channels.items()
     ]
     service = build_server(
-        "gateway",
-        settings,
-        [
-            Registration(
-                GatewayServicer(gateway),
-                SERVICE_NAME,
-            )
-        ],
-        probes=probes,
+        "gateway", settings, [Registration(GatewayServicer(gateway), SERVICE_NAME)], probes=probes
     )
 
-    async def reload_popular() -> None:
+    async def reload_lists() -> None:
         while settings.fallback_refresh_s:
             await asyncio.sleep(settings.fallback_refresh_s)
             try:
                 popular.reload()
-                cold_start.reload()
+                if segments is not None:
+                    segments.reload()
             except (OSError, ValueError, KeyError, ArtifactError) as exc:
                 log.error("keeping the previous fallback lists: %s", exc)
 
@@ -114,7 +117,7 @@ async def create_server(settings: GatewaySettings) -> Service:
         for channel in channels.values():
             await channel.close()
 
-    service.run_in_background(reload_popular)
+    service.run_in_background(reload_lists)
     service.run_in_background(watch.run)
     service.cleanups.append(close_channels)
     service.domain = gateway

@@ -10,8 +10,9 @@ import grpc
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_kit.deadlines import remaining_s
-from services.gateway.cold_start import Attributes
-from services.gateway.domain import Answer, Gateway, Query
+from services.gateway.domain import Gateway
+from services.gateway.query import Answer, Explanation, Query
+from services.gateway.segment_lists import Attributes
 
 
 def queued_s(context: grpc.aio.ServicerContext) -> float:
@@ -39,7 +40,11 @@ def fill(
 ) -> None:
     reply.items.extend(
         pb.RecommendedItem(
-            item_id=i.item_id, score=i.score, title=i.title, categories=list(i.categories)
+            item_id=i.item_id,
+            score=i.score,
+            title=i.title,
+            categories=list(i.categories),
+            explanation=explanation(i.explanation) if i.explanation else None,
         )
         for i in answer.items
     )
@@ -52,6 +57,16 @@ def fill(
         reply.stage_timings.extend(
             pb.StageTiming(stage=stage, duration_ms=ms) for stage, ms in answer.timings
         )
+
+
+def explanation(e: Explanation) -> pb.ItemExplanation:
+    return pb.ItemExplanation(
+        stage=e.stage,
+        retrieval_score=e.retrieval_score,
+        retrieval_rank=e.retrieval_rank,
+        ranker_score=e.ranker_score,
+        affinity=e.affinity,
+    )
 
 
 class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
@@ -71,6 +86,7 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             tuple(request.filter.categories),
             tuple(request.filter.exclude_item_ids),
             attributes=attributes,
+            debug=request.debug,
         )
         answer = await self.gateway.recommend(query, remaining_s(context), queued_s(context))
         reply = pb.RecommendResponse(request_id=request.request_id or uuid.uuid4().hex)
@@ -86,6 +102,7 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             tuple(request.filter.categories),
             tuple(request.filter.exclude_item_ids),
             item_id=request.item_id,
+            debug=request.debug,
         )
         answer = await self.gateway.similar(query, remaining_s(context), queued_s(context))
         reply = pb.SimilarItemsResponse(request_id=request.request_id or uuid.uuid4().hex)

@@ -13,15 +13,19 @@ from recserve_kit.config import ServiceSettings
 class RankerSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="RECSERVE_RANKER_", extra="ignore", frozen=True)
 
-    port: int = Field(50054, ge=0, le=65535)
+    port: int = Field(50054, ge=0, le=65535, description="The ranker's gRPC port.")
     triton_url: str = Field("127.0.0.1:8001", description="Triton's gRPC address.")
     features_addr: str = Field(
         "127.0.0.1:50052",
         description="The features service, whose item catalogue the ranker's table follows.",
     )
     ranking_model: str = Field("ranker", description="'ranker' (fp32) or 'ranker_int8'.")
-    user_model: str = "user_tower"
-    max_candidates: int = Field(1000, ge=1, le=10000)
+    user_model: str = Field(
+        "user_tower", description="Triton model that embeds a user (EmbedUser)."
+    )
+    max_candidates: int = Field(
+        1000, ge=1, le=10000, description="Most candidates one Score call may carry."
+    )
     triton_timeout_s: float = Field(
         0.5, gt=0, description="Cap on one Triton call; the caller's deadline can shorten it."
     )
@@ -53,10 +57,21 @@ class RankerSettings(ServiceSettings):
     rollout_min_requests: int = Field(
         50, ge=1, description="Default candidate requests a step needs before it is promoted."
     )
-    rollout_max_p99_ms: float = Field(150.0, gt=0, description="Roll back above this p99.")
-    rollout_max_error_rate: float = Field(0.005, ge=0, le=1, description="... or this error rate.")
+    rollout_max_p99_ms: float = Field(
+        150.0, gt=0, description="Default limit: a candidate whose p99 is above it is rolled back."
+    )
+    rollout_max_error_rate: float = Field(
+        0.005,
+        ge=0,
+        le=1,
+        description="Default limit on a candidate's error rate (errors and non-finite scores).",
+    )
     rollout_max_memory_fraction: float = Field(
-        0.85, gt=0, le=1, description="... or with Triton's (GPU or host) memory above this."
+        0.85,
+        gt=0,
+        le=1,
+        description="Default limit on Triton's memory (the fullest GPU's, or the host's), "
+        "as a fraction.",
     )
     shadow_max_in_flight: int = Field(
         2, ge=1, description="Shadow scorings at once; more are dropped (and counted)."

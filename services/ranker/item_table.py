@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from recserve_model.encoding import Encoder
 
 from recserve.features.v1 import features_pb2 as fpb
+from recserve_model.encoding import Encoder
 
 UNKNOWN_SLOT = 0
 

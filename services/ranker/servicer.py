@@ -5,19 +5,19 @@ from __future__ import annotations
 import grpc
 import numpy as np
 from opentelemetry import trace
-from recserve_model import published
-from recserve_model.rollout_state import Triggers
 
 from recserve.features.v1 import features_pb2
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve_delivery.rollout import Plan, Rollout
+from recserve_delivery.state import Triggers
+from recserve_delivery.status import status_message
 from recserve_kit import attributes as attr
 from recserve_kit.deadlines import outbound_timeout
 from recserve_kit.errors import InvalidArgument
+from recserve_model import published
 from services.ranker.config import RankerSettings
-from services.ranker.domain import CandidateInput, Ranker, UserInput
-from services.ranker.rollout import Plan, Rollout
-from services.ranker.rollout_status import status_message
+from services.ranker.domain import CandidateInput, Ranker, Scored, UserInput
 
 
 def to_user(message: features_pb2.UserFeatures) -> UserInput:
@@ -70,13 +70,10 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         if request.item_ids:
             return await self._score_columns(request, context)
         candidates = [to_candidate(c, n) for n, c in enumerate(request.candidates)]
-        scores, version, unknown = await self.ranker.score(
+        scored = await self.ranker.score(
             to_user(request.user), candidates, list(request.user_vector), self._timeout(context)
         )
-        trace.get_current_span().set_attribute(attr.MODEL_VERSION, version)
-        return pb.ScoreResponse(
-            scores=scores.tolist(), model_version=version, unknown_item_count=unknown
-        )
+        return score_response(scored)
 
     async def GetModelInfo(
         self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext
@@ -138,18 +135,26 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             vector = f32(request.user_vector_f32, "user_vector_f32")
         elif request.user_vector:
             vector = np.asarray(request.user_vector, dtype=np.float32)
-        scores, version, unknown = await self.ranker.score_ids(
+        scored = await self.ranker.score_ids(
             to_user(request.user),
             request.item_ids,
             f32(request.retrieval_scores_f32, "retrieval_scores_f32"),
             vector,
             self._timeout(context),
             vector_version=request.user_vector_version,
+            explain=request.explain,
         )
-        trace.get_current_span().set_attribute(attr.MODEL_VERSION, version)
-        return pb.ScoreResponse(
-            scores=scores.tolist(), model_version=version, unknown_item_count=unknown
-        )
+        return score_response(scored)
+
+
+def score_response(scored: Scored) -> pb.ScoreResponse:
+    trace.get_current_span().set_attribute(attr.MODEL_VERSION, scored.model_version)
+    return pb.ScoreResponse(
+        scores=scored.scores.tolist(),
+        model_version=scored.model_version,
+        unknown_item_count=scored.unknown_items,
+        affinity=[] if scored.affinity is None else scored.affinity.tolist(),
+    )
 
 
 def f32(raw: bytes, field: str) -> np.ndarray:

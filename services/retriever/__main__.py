@@ -1,6 +1,9 @@
-"""`python -m services.retriever`: wiring only."""
+"""`python -m services.retriever`: wiring only. `... index` loads the
+collection ahead of the service (services/retriever/index_command.py)."""
 
 from __future__ import annotations
+
+import sys
 
 from recserve_kit.config import load_settings
 from recserve_kit.server import Service, init_process, run
@@ -16,4 +19,9 @@ async def main() -> tuple[Service, Telemetry]:
 
 
 if __name__ == "__main__":
-    run(main)
+    if sys.argv[1:2] == ["index"]:
+        from services.retriever.index_command import main as index
+
+        index(sys.argv[2:])
+    else:
+        run(main)

@@ -11,18 +11,24 @@ from recserve_kit.config import ServiceSettings
 class RetrieverSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="RECSERVE_RETRIEVER_", extra="ignore", frozen=True)
 
-    port: int = Field(50053, ge=0, le=65535)
+    port: int = Field(50053, ge=0, le=65535, description="The retriever's gRPC port.")
     qdrant_url: str = Field(
         "",
         description="Qdrant server URL (gRPC used); empty selects the embedded Qdrant Edge "
         "shard under <data_dir>/qdrant. ':memory:' selects qdrant-client's local mode.",
     )
     collection: str = Field("items", description="Alias (server) / folder prefix (Edge).")
-    hnsw_m: int = Field(16, ge=4, le=128)
-    hnsw_ef_construct: int = Field(128, ge=8, le=1024)
+    hnsw_m: int = Field(
+        16, ge=4, le=128, description="HNSW links per node, for a newly built generation."
+    )
+    hnsw_ef_construct: int = Field(
+        128, ge=8, le=1024, description="HNSW build breadth, for a newly built generation."
+    )
     search_ef: int = Field(128, ge=8, le=4096, description="Default HNSW search breadth.")
-    max_k: int = Field(1000, ge=1, le=10000)
-    max_upsert_batch: int = Field(10000, ge=1)
+    max_k: int = Field(1000, ge=1, le=10000, description="Most hits one Search may ask for.")
+    max_upsert_batch: int = Field(
+        10000, ge=1, description="Most items one UpsertItems or DeleteItems call may carry."
+    )
     refresh_interval_s: float = Field(
         5.0, ge=0, description="How often to look for a new artifact version; 0 disables."
     )

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-from recserve_model import artifacts
 
 from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound
 from recserve_kit.validation import check_id
+from recserve_model import artifacts
 from services.retriever.config import RetrieverSettings
 from services.retriever.store import ItemRecord, SearchFilter, StoreInfo, VectorStore
 
@@ -122,10 +122,11 @@ def check_vector(values: Sequence[float] | bytes, dimension: int, field: str) ->
             raise InvalidArgument(
                 field, f"has {len(values)} bytes; the collection has {dimension} float32 values"
             )
-        values = np.frombuffer(values, dtype="<f4")
-    if len(values) != dimension:
-        raise InvalidArgument(field, f"has {len(values)} values; the collection has {dimension}")
-    vector = np.asarray(values, dtype=np.float32)
+        vector = np.frombuffer(values, dtype="<f4")
+    else:
+        vector = np.asarray(values, dtype=np.float32)
+    if len(vector) != dimension:
+        raise InvalidArgument(field, f"has {len(vector)} values; the collection has {dimension}")
     if not np.isfinite(vector).all():
         raise InvalidArgument(field, "contains NaN or infinity")
     return vector
@@ -156,7 +157,7 @@ class Retriever:
         state = self.generations.state()
         if "generation" not in state:
             return False
-        self.current = self.generations.open(str(state["generation"]), int(state["dimension"]))
+        self.current = self.generations.open(str(state["generation"]), int(str(state["dimension"])))
         self.artifact_version = str(state.get("artifact_version", ""))
         return True
 

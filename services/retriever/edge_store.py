@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from uuid import UUID
 
 import numpy as np
 import qdrant_edge as qe
@@ -26,8 +27,8 @@ HASHED = 1 << 63
 
 
 def build_filter(flt: SearchFilter) -> qe.Filter | None:
-    must: list[object] = []
-    must_not: list[object] = []
+    must: list[qe.FieldCondition | qe.HasIdCondition] = []
+    must_not: list[qe.FieldCondition | qe.HasIdCondition] = []
     if not flt.include_inactive:
         must.append(qe.FieldCondition(key=STATE_FIELD, match=qe.MatchValue("active")))
     if flt.categories:
@@ -36,7 +37,8 @@ def build_filter(flt: SearchFilter) -> qe.Filter | None:
         must_not.append(qe.HasIdCondition({point_id(i) for i in flt.exclude_item_ids}))
     if not must and not must_not:
         return None
-    return qe.Filter(must=must or None, must_not=must_not or None)
+    # (The stubs' list of a union is invariant; these conditions are in it.)
+    return qe.Filter(must=must or None, must_not=must_not or None)  # type: ignore[arg-type]
 
 
 class EdgeStore:
@@ -85,17 +87,19 @@ class EdgeStore:
                 with_payload=False,
             )
         )
-        hashed = [hit.id for hit in hits if hit.id >= HASHED]
+        # Our points have integer ids (point_id), whatever else the API allows.
+        ids = [int(hit.id) for hit in hits]  # type: ignore[arg-type]
+        hashed = [i for i in ids if i >= HASHED]
         names = self._item_ids(hashed) if hashed else {}
         return [
-            (names[hit.id] if hit.id >= HASHED else str(hit.id), hit.score)
-            for hit in hits
-            if hit.id < HASHED or hit.id in names
+            (names[i] if i >= HASHED else str(i), hit.score)
+            for i, hit in zip(ids, hits, strict=True)
+            if i < HASHED or i in names
         ]
 
     def _item_ids(self, point_ids: list[int]) -> dict[int, str]:
-        records = self.shard.retrieve(point_ids, with_payload=ID_ONLY, with_vector=False)
-        return {r.id: str(r.payload["item_id"]) for r in records if r.payload}
+        records = self.shard.retrieve(list(point_ids), with_payload=ID_ONLY, with_vector=False)  # type: ignore[arg-type]
+        return {int(r.id): str(r.payload["item_id"]) for r in records if r.payload}  # type: ignore[arg-type]
 
     def vector_of(self, item_id: str) -> np.ndarray | None:
         records = self.shard.retrieve([point_id(item_id)], with_payload=False, with_vector=True)
@@ -103,7 +107,7 @@ class EdgeStore:
             return None
         vector = records[0].vector
         if isinstance(vector, dict):
-            vector = next(iter(vector.values()))
+            return np.asarray(next(iter(vector.values())), dtype=np.float32)
         return np.asarray(vector, dtype=np.float32)
 
     def upsert(self, items: Sequence[ItemRecord]) -> None:
@@ -113,8 +117,8 @@ class EdgeStore:
         ]
         self.shard.update(qe.UpdateOperation.upsert_points(points))
 
-    def _existing(self, item_ids: Sequence[str]) -> list[int]:
-        ids = [point_id(i) for i in item_ids]
+    def _existing(self, item_ids: Sequence[str]) -> list[int | UUID | str]:
+        ids: list[int | UUID | str] = [point_id(i) for i in item_ids]
         return [r.id for r in self.shard.retrieve(ids, with_payload=False, with_vector=False)]
 
     def soft_delete(self, item_ids: Sequence[str]) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.models import ExtendedPointId
 
 from services.retriever.store import (
     STATE_FIELD,
@@ -106,7 +107,7 @@ class ServerStore:
             wait=True,
         )
 
-    def _existing(self, item_ids: Sequence[str]) -> list[int]:
+    def _existing(self, item_ids: Sequence[str]) -> list[ExtendedPointId]:
         ids = [point_id(i) for i in item_ids]
         return [int(r.id) for r in self.client.retrieve(self.collection, ids)]
 
@@ -114,7 +115,11 @@ class ServerStore:
         found = self._existing(item_ids)
         if found:
             self.client.set_payload(
-                self.collection, soft_deleted_payload(), points=found, wait=True
+                # (The stubs' list of a union is invariant; these ids are in it.)
+                self.collection,
+                soft_deleted_payload(),
+                points=found,  # type: ignore[arg-type]
+                wait=True,
             )
         return len(found)
 

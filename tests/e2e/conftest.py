@@ -34,9 +34,8 @@ if COMPOSE:
     @pytest.fixture(scope="package")
     def built(compose_data):
         """The artifact the Compose stack built and serves (not ./data's)."""
-        from recserve_model import artifacts
-
         from pipelines.build import BuildResult
+        from recserve_model import artifacts
 
         directory = artifacts.current(compose_data)
         return BuildResult(directory.name, directory, True, {}, {})

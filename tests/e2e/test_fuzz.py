@@ -1,4 +1,4 @@
-"""Generated bad input through Envoy (issue 16): whatever a client sends, the
+"""Generated bad input through Envoy: whatever a client sends, the
 answer is OK (possibly degraded), INVALID_ARGUMENT, NOT_FOUND,
 RESOURCE_EXHAUSTED or UNAUTHENTICATED; no process restarts and nothing is
 written."""

@@ -1,4 +1,4 @@
-"""Issue 18: the quality the live stack serves equals the offline evaluation
+"""The quality the live stack serves equals the offline evaluation
 of the artifact it serves (within 1% on every metric), through Envoy, for
 every held-out user; a difference would be skew between training and serving.
 

@@ -122,7 +122,7 @@ def test_bad_input_names_the_field(stub, request_fields, field):
 
 
 def test_bad_ids_and_unknown_categories_are_client_errors_not_outages(stack, stub):
-    """Issue 16, findings 3 and 5: these were degraded answers counted as
+    """These were once degraded answers counted as
     RETRIEVER_UNAVAILABLE (an outage anyone could inflate) or aliased ids."""
     full_answer(stub)
     before = outages(stack)
@@ -181,7 +181,7 @@ def test_a_malformed_body_through_envoy_is_invalid_argument(stack):
 
 
 def test_the_edge_refuses_large_bodies_and_slow_clients(stack):
-    """Issue 16, finding 6: a 20 MB JSON body was answered 200; a client
+    """A 20 MB JSON body was once answered 200; a client
     that never finishes its headers could hold a connection forever."""
     status, _ = post_json(stack, "/v1/recommend", {"user_id": "42", "k": 5, "pad": "x" * (2 << 20)})
     assert status == 413
@@ -197,7 +197,7 @@ def test_the_edge_refuses_large_bodies_and_slow_clients(stack):
 
 
 def test_bad_grpc_timeout_or_encoding_headers_are_invalid_argument(stack):
-    """Issue 16, finding 6: these came back INTERNAL from the gateway's gRPC
+    """These once came back INTERNAL from the gateway's gRPC
     library; Envoy now answers them as the client's error."""
     payload = pb.RecommendRequest(user_id="42", k=3).SerializeToString()
     frame = b"\x00" + len(payload).to_bytes(4, "big") + payload
@@ -218,7 +218,7 @@ def test_bad_grpc_timeout_or_encoding_headers_are_invalid_argument(stack):
 
 
 def test_a_gateway_killed_under_load_costs_no_client_error(stack, stub):
-    """Issue 16, finding 7: SIGKILL of the gateway under load failed 21 of
+    """SIGKILL of the gateway under load once failed 21 of
     1,500 requests; with two gateways Envoy retries on the other one, and the
     runner brings the killed one back."""
     from bench.load import run_load
@@ -458,11 +458,11 @@ def test_a_crashed_triton_is_restarted_and_full_answers_return(stack, stub):
 
 
 def test_a_new_user_with_attributes_gets_the_list_for_users_like_them(stack, stub):
-    """Issue 18, cold start: an unknown user whose request carries sign-up
+    """Cold start: an unknown user whose request carries sign-up
     attributes is served their segment's list from the artifact
     (cold_start.json), not the global popular list."""
     from recserve_model import artifacts
-    from recserve_model import cold_start as segment
+    from recserve_model import segments as segment
 
     lists = json.loads((artifacts.current(stack.data_dir) / segment.FILE).read_text())["lists"]
     student = pb.UserAttributes(age=22, gender="F", occupation="student")

@@ -1,4 +1,4 @@
-"""Issue 16, finding 1, on the running stack: every internal port takes only
+"""Access control on the running stack: every internal port takes only
 the stack's own certificates, admin RPCs check the token inside the service
 as well, and Triton's model control answers the ranker's secret alone.
 

@@ -28,7 +28,7 @@ from services.retriever.config import RetrieverSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["compose.yaml", "compose.observability.yaml", "compose.gpu.yaml"]
-LOCAL = "compose.local.yaml"  # machines without a registry (issue 19)
+LOCAL = "compose.local.yaml"  # machines without a container registry
 SETTINGS = {
     "gateway": GatewaySettings,
     "features": FeaturesSettings,
@@ -71,7 +71,7 @@ def validate(spec):
 def test_compose_files_validate_against_the_spec(files):
     parsed = validate(stack(*files))
     assert set(load(files[-1])["services"]) <= set(parsed.service_names())
-    # Debian's docker-compose 1.29 refuses a top-level `name:` (issue 19, finding 6).
+    # Debian's docker-compose 1.29 refuses a top-level `name:`.
     assert "name" not in load(files[-1])
 
 
@@ -138,7 +138,7 @@ def test_addresses_healthchecks_and_ports_agree():
     assert "qdrant" not in init and "qdrant" not in services["init"]["depends_on"]
     nightly = services["rescore"]
     assert nightly["profiles"] == ["nightly"] and redis.geturl() in nightly["command"]
-    # Spark maps snappy's native library from /tmp (issue 19, finding 4).
+    # Spark maps snappy's native library from /tmp, which a noexec tmpfs refuses.
     assert any(
         t.startswith("/tmp:") and "exec" in t.split(":")[1].split(",") for t in nightly["tmpfs"]
     )
@@ -377,7 +377,7 @@ def test_dockerfiles_are_pinned_non_root_and_copy_what_exists(dockerfile, args):
     for url in re.findall(r"--(?:extra-)?index-url\s+(\S+)", text):
         assert url.startswith('"${'), f"{dockerfile}: index {url} is not a build argument"
     # A `# syntax=` line makes BuildKit pull a frontend image from a registry
-    # even when every base is local (issue 19, finding 2).
+    # even when every base is local.
     assert not re.search(r"^#\s*syntax=", text, re.MULTILINE | re.IGNORECASE)
     defaults = dict(re.findall(r"^ARG (\w+)=(\S+)", text, re.MULTILINE))
     values = {**defaults, **dict(args)}
@@ -422,7 +422,8 @@ def test_the_local_overlay_needs_no_registry_image():
     assert retriever["environment"]["RECSERVE_RETRIEVER_QDRANT_URL"] == ""  # Edge
     assert retriever["depends_on"]["qdrant"]["condition"] == "service_completed_successfully"
     shard = merged["services"]["qdrant"]
-    assert shard["command"][:1] == ["index"] and shard["restart"] == "no"
+    assert shard["command"][:4] == ["python", "-m", "services.retriever", "index"]
+    assert shard["restart"] == "no"
     # The retriever opens the shard the one-shot writes (its state file).
     settings = RetrieverSettings(data_dir="/data", qdrant_url="")
     state = f"/data/qdrant/{settings.collection}/state.json"

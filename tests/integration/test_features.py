@@ -4,6 +4,7 @@ pushes are visible at once and update the cache, stores agree, bad input is
 refused whole, and watchers get the catalogue and every pushed change."""
 
 import asyncio
+import logging
 from datetime import UTC, datetime
 
 import grpc
@@ -151,7 +152,7 @@ async def test_bad_input_is_refused_whole_with_the_field_named(features):
             ),
             "events[0].event_time",
         ),
-        (  # issue 16, finding 4: out of Timestamp's range was INTERNAL
+        (  # out of Timestamp's range was once answered INTERNAL
             stub.PushUserEvents,
             pb.PushUserEventsRequest(
                 events=[
@@ -207,17 +208,17 @@ async def test_sqlite_and_redis_give_identical_answers(built, tmp_path, redis_ur
 async def test_direct_user_read_equals_the_sdk_read(features):
     """The hot path's online_read gives exactly what get_online_features gives."""
     _, service = features
-    domain = service.domain
+    users = service.domain.user_reader
     ids = [str(i) for i in range(1, 944)] + ["no-such-user"]
     refs = [
         f"{projection.name_to_use()}:{feature.name}"
-        for projection in domain.user_service.feature_view_projections
+        for projection in users.user_service.feature_view_projections
         for feature in projection.features
     ]
     entities = [{"user_id": u} for u in ids]
-    rows = domain.store.get_online_features(features=refs, entity_rows=entities).to_dict()
+    rows = users.store.get_online_features(features=refs, entity_rows=entities).to_dict()
     rows["item_ids"] = rows["run_id"] = [None] * len(ids)  # no re-scoring run published here
-    assert domain._read_users(ids) == domain._user_records(ids, rows, None)
+    assert users.read(ids) == users._records(ids, rows, None)
 
 
 async def test_watch_lists_the_catalogue_then_streams_pushed_changes(features, tables):
@@ -251,3 +252,18 @@ async def test_watch_lists_the_catalogue_then_streams_pushed_changes(features, t
     finally:
         task.cancel()
         await channel.close()
+
+
+async def test_a_clean_stop_with_a_watcher_connected_logs_no_error(built, tmp_path, caplog):
+    """SIGTERM's path (drain, stop) ends the catalogue streams itself: a
+    stream the grace period had to cancel was logged as an unhandled error."""
+    service, channel, stub = await start(built, tmp_path)
+    call = stub.WatchItemFeatures(pb.WatchItemFeaturesRequest())
+    async for message in call:
+        if message.synced:
+            break
+    with caplog.at_level(logging.WARNING):
+        await service.stop(None)
+        assert await call.code() == grpc.StatusCode.OK  # the stream finished, not cancelled
+    await channel.close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -7,14 +7,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-from recserve_model import artifacts
-from recserve_model.affinity import RANK as AFFINITY_RANK
-from recserve_model.affinity import UserAffinity
-from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 
 from pipelines.build import build
 from pipelines.export import RANKER_INPUTS
 from pipelines.models import Int8Ranker, Ranker, TwoTower
+from recserve_model import artifacts
+from recserve_model.affinity import RANK as AFFINITY_RANK
+from recserve_model.affinity import UserAffinity
+from recserve_model.encoding import HISTORY_LEN, EncodingSpec
 
 
 def load_models(directory):
@@ -101,7 +101,7 @@ def test_models_beat_popularity_clearly(built):
 
 
 def test_the_served_ranking_beats_the_baselines_and_its_own_candidates(built):
-    """Issue 18: the ranked list Recommend serves against popularity, item-kNN
+    """The ranked list Recommend serves against popularity, item-kNN
     and EASE on the same split (all in the build's own evaluation), and the
     ranker's gain over the order of the candidates it is given."""
     m = built.metrics
@@ -157,7 +157,8 @@ def test_every_segment_of_new_users_has_its_own_list(built):
     import json
 
     import pandas as pd
-    from recserve_model import cold_start as segment
+
+    from recserve_model import segments as segment
 
     lists = json.loads((built.directory / segment.FILE).read_text())["lists"]
     users = pd.read_parquet(built.directory / "features" / "user_profile.parquet")

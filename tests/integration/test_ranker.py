@@ -14,13 +14,13 @@ import onnxruntime as ort
 import pandas as pd
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from recserve_model.affinity import UserAffinity
-from recserve_model.encoding import Encoder, EncodingSpec
 
 from pipelines.triton_repo import model_specs, publish_model
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve_model.affinity import UserAffinity
+from recserve_model.encoding import Encoder, EncodingSpec
 from recserve_stack.triton_process import running_triton, start_triton
 from services.features.config import FeaturesSettings
 from services.features.domain import Event

@@ -20,8 +20,6 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 import torch
-from recserve_model import artifacts
-from recserve_model.encoding import EncodingSpec
 
 from pipelines import export
 from pipelines.models import Ranker
@@ -39,9 +37,11 @@ from pipelines.rescore.synthetic import write_users
 from pipelines.rescore.validate import validate
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
+from recserve_model import artifacts
+from recserve_model.encoding import EncodingSpec
 from services.features.config import FeaturesSettings
 from services.features.server import create_server as features_server
-from services.gateway.fallback import PopularItems
+from services.gateway.popular import PopularItems
 from tests.helpers import data_dir_with_artifacts, poll_until, user_message
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def good_run(built, session, data_dir, inactive):
     result = run_job(session, config_for(built, "good", inactive_items=inactive), run_dir)
     report = validate(data_dir, run_dir)
     assert report.passed, report.failed
-    # Issue 18: the nightly lists are held against EASE as well as popularity.
+    # The nightly lists are held against EASE as well as popularity.
     names = {g.name for g in report.gates}
     assert {"beats_ease_ndcg@10", "beats_ease_recall@100", "beats_popularity_ndcg@10"} <= names
     assert report.metrics["ndcg@10"] > report.metrics["ease_ndcg@10"] > 0

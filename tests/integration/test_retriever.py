@@ -180,7 +180,7 @@ async def test_bad_input_is_rejected_whole_with_the_field_named(retriever, items
         (stub.DeleteItems, pb.DeleteItemsRequest(item_ids=["1"]), "mode"),
         (stub.DeleteItems, pb.DeleteItemsRequest(mode=pb.DELETE_MODE_SOFT), "item_ids"),
         (stub.UpsertItems, pb.UpsertItemsRequest(items=[good, good]), "items[1].item_id"),
-        # Issue 16, finding 3: wide digits deleted item 9000000042; "\u2460" crashed.
+        # Wide digits once deleted item 9000000042; "\u2460" crashed.
         (
             stub.DeleteItems,
             pb.DeleteItemsRequest(item_ids=[WIDE_9000000042], mode=pb.DELETE_MODE_HARD),
@@ -298,7 +298,7 @@ def test_acknowledged_writes_survive_kill_9(built, tmp_path):
 
 
 def test_the_index_step_loads_once_and_leaves_a_running_retrievers_shard_alone(built, tmp_path):
-    """`python -m pipelines index` (compose.local.yaml's first step) builds
+    """`python -m services.retriever index` (compose.local.yaml's first step) builds
     the Edge shard the retriever then opens; run again while a retriever
     holds the shard (its WAL is locked), it must find the artifact current
     and not open it: a second `docker-compose up` failed that way."""
@@ -306,9 +306,9 @@ def test_the_index_step_loads_once_and_leaves_a_running_retrievers_shard_alone(b
     from services.retriever.server import generations_for
 
     data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
-    command = [sys.executable, "-m", "pipelines", "index", "--data-dir", str(data_dir)]
+    command = [sys.executable, "-m", "services.retriever", "index", "--data-dir", str(data_dir)]
     first = subprocess.run(command, capture_output=True, text=True, check=True)
-    assert f"loaded ({built.version})" in first.stderr  # rich console: stderr
+    assert f"loaded ({built.version})" in first.stderr
     settings = RetrieverSettings(data_dir=data_dir)
     running = Retriever(settings, generations_for(settings))
     assert running.open_current() and running.artifact_version == built.version

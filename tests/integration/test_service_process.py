@@ -67,7 +67,7 @@ def features_process(data_dir, port, redis_url=""):
 def test_an_acknowledged_push_survives_sigkill_of_the_features_service(
     tmp_path, built, store, request
 ):
-    """Issue 16, durability: once PushUserEvents answered, the events are in
+    """Durability: once PushUserEvents answered, the events are in
     the online store, whatever happens to the process next."""
     redis_url = request.getfixturevalue("redis_url") if store == "redis" else ""
     data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])

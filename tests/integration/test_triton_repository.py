@@ -8,11 +8,11 @@ import onnxruntime as ort
 import pytest
 import torch
 import tritonclient.grpc.aio as triton_aio
-from recserve_model.affinity import RANK as AFFINITY_RANK
-from recserve_model.encoding import EncodingSpec
 from tritonclient.grpc import InferInput, InferRequestedOutput
 
 from pipelines.triton_repo import model_specs
+from recserve_model.affinity import RANK as AFFINITY_RANK
+from recserve_model.encoding import EncodingSpec
 from recserve_stack.triton_process import running_triton
 from tests.helpers import apoll_until
 
@@ -131,7 +131,7 @@ def test_every_generated_config_parses_as_a_triton_model_config(built, tmp_path)
 
 
 class RankerBeforeAffinity(torch.nn.Module):
-    """A ranker graph as exported before issue 18: no ``user_affinity`` input."""
+    """A ranker graph as exported before the affinity feature: no ``user_affinity`` input."""
 
     def __init__(self, ranker) -> None:
         super().__init__()

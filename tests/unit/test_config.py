@@ -41,7 +41,7 @@ def test_service_process_refuses_to_start_on_bad_config():
 
 
 def test_a_redis_address_is_checked_at_start_and_a_url_is_converted():
-    """Issue 19, finding 1: Compose passed redis://redis:6379/0, which the
+    """Compose once passed redis://redis:6379/0, which the
     settings took and Feast crashed on at first use."""
     from pydantic import ValidationError
 

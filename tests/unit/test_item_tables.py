@@ -4,9 +4,9 @@ catalogue (what watchers get) and the ranker's encoded table."""
 import asyncio
 
 import numpy as np
-from recserve_model.encoding import Encoder, EncodingSpec
 
 from recserve.features.v1 import features_pb2 as fpb
+from recserve_model.encoding import Encoder, EncodingSpec
 from services.features import catalogue as catalogue_module
 from services.features.catalogue import Catalogue
 from services.features.domain import ItemRecord

@@ -133,7 +133,7 @@ async def test_domain_errors_map_to_status_without_leaking_text(settings):
 
 
 async def test_a_malformed_body_is_invalid_argument_not_unknown(settings, caplog):
-    """Issue 16, finding 2: bytes that are not the request message get a plain
+    """Bytes that are not the request message get a plain
     INVALID_ARGUMENT, not UNKNOWN with a class name and a traceback per call."""
     service = build_server("test", settings, [Registration(SlowFeatures(), SERVICE)])
     await service.start()
@@ -156,7 +156,7 @@ async def test_a_malformed_body_is_invalid_argument_not_unknown(settings, caplog
 
 def test_server_faults_are_logged_within_a_budget():
     """A request that fails inside a service logs its traceback; a flood of
-    them logs a few a second and counts the rest (issue 16)."""
+    them logs a few a second and counts the rest, so a flood cannot fill the logs."""
     from recserve_kit.rpc import LogBudget
 
     now = [0.0]

@@ -1,17 +1,17 @@
-"""The model behind new users' lists (pipelines/cold_start.py): what users
+"""The model behind new users' lists (pipelines/onboarding_model.py): what users
 with given attributes rate first, with attribute effects that add up."""
 
 import pandas as pd
-from recserve_model import cold_start as segment
-from recserve_model.encoding import Encoder, EncodingSpec
 
-from pipelines import cold_start
+from pipelines import onboarding_model
+from recserve_model import segments as segment
+from recserve_model.encoding import Encoder, EncodingSpec
 
 OCCUPATIONS = ["retired", "student"]
 
 
 def _items(prefix: str) -> list[str]:
-    return [f"{prefix}{i}" for i in range(cold_start.FIRST_RATINGS)]
+    return [f"{prefix}{i}" for i in range(onboarding_model.FIRST_RATINGS)]
 
 
 def _ratings(users: pd.DataFrame) -> pd.DataFrame:
@@ -34,10 +34,10 @@ def test_each_segment_gets_what_users_like_it_rate_first_and_unseen_ones_borrow(
     women, men = set(_items("f")), set(_items("m"))
     items = [*women, *men, *_items("z")]
     encoder = Encoder(EncodingSpec(items, [], OCCUPATIONS, 8))
-    lists = cold_start.segment_lists(train, users, encoder, OCCUPATIONS)["lists"]
+    lists = onboarding_model.segment_lists(train, users, encoder, OCCUPATIONS)["lists"]
 
     assert len(lists) == len(segment.GENDERS) * (len(segment.AGE_BANDS) - 1) * len(OCCUPATIONS)
-    top = cold_start.FIRST_RATINGS
+    top = onboarding_model.FIRST_RATINGS
     assert set(lists[segment.key("F", 22, "student")][:top]) == women
     assert set(lists[segment.key("M", 60, "retired")][:top]) == men
     # No retired woman trained it: her gender says f0..f9, her occupation and

@@ -4,7 +4,7 @@ from pipelines.build import quality_gate
 
 
 def test_the_build_refuses_to_publish_a_model_that_loses_to_a_baseline():
-    """Issue 18: a new model's publish compares against the baselines."""
+    """A new model's publish compares against the baselines."""
     good = {
         "popularity": {"recall@10": 0.07, "ndcg@10": 0.08},
         "item_knn": {"recall@10": 0.12, "ndcg@10": 0.13},

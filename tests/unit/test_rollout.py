@@ -4,11 +4,11 @@ in tests/delivery)."""
 
 import numpy as np
 import pytest
-from recserve_model import rollout_state
-from recserve_model.rollout_state import RolloutState, Triggers, judge
 
+from recserve_delivery import state as rollout_state
+from recserve_delivery.rollout import Plan, Rollout, VersionWindow, user_position
+from recserve_delivery.state import RolloutState, Triggers, judge
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
-from services.ranker.rollout import Plan, Rollout, VersionWindow, user_position
 from services.ranker.shadow import compare
 
 
@@ -197,3 +197,33 @@ def test_a_stable_version_gone_from_the_repository_starts_over(tmp_path):
     assert again.state.stable == "v9" and again.state.status == "idle"
     assert again.state.history[-1].action == "reset"
     assert rollout_state.load(tmp_path).stable == "v9"
+
+
+def test_the_final_promotion_is_recorded_at_the_share_it_reached(tmp_path):
+    rollout = Rollout(tmp_path, "v1", Clock())
+    rollout.start(plan())
+    for _ in range(4):
+        rollout.promote()
+    last = rollout.state.history[-1]
+    assert (rollout.state.status, last.action, last.share_percent) == ("promoted", "promote", 100)
+
+
+def test_a_tiny_limit_is_shown_as_it_was_set_not_as_zero():
+    from recserve_delivery.state import percent
+
+    assert percent(0.0001, 1) == "0.01%"
+    assert percent(0.85, 1) == "85.0%" and percent(0.005, 2) == "0.50%"
+    w = window([10] * 20)
+    verdict = judge(
+        RolloutState(
+            stable="v1",
+            candidate="v2",
+            status="running",
+            min_requests=20,
+            triggers=Triggers(max_memory_fraction=0.0001),
+        ),
+        w.figures(),
+        0.3,
+        2000.0,
+    )
+    assert verdict.reason == "memory 30.0% > 0.01%"

@@ -3,11 +3,11 @@
 from pathlib import Path
 
 import pytest
-from recserve_model import cold_start as segment
 
 from recserve_kit.errors import InvalidArgument
-from services.gateway.cold_start import Attributes, ColdStartLists
-from services.gateway.domain import Query, check_query
+from recserve_model import segments as segment
+from services.gateway.query import Query, check_query
+from services.gateway.segment_lists import Attributes, SegmentLists
 
 
 def test_age_bands_cover_every_age_and_serve_their_middle():
@@ -27,7 +27,7 @@ def test_age_bands_cover_every_age_and_serve_their_middle():
 
 
 def test_an_unknown_occupation_is_served_as_other(tmp_path: Path):
-    lists = ColdStartLists(tmp_path)
+    lists = SegmentLists(tmp_path)
     lists.lists = {"F|1|student": ["1", "2"], "F|1|other": ["3"]}
     lists.occupations = frozenset({"student", "other"})
     assert lists.items(Attributes(22, "F", "student")) == ["1", "2"]

@@ -12,6 +12,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = {"services", "recserve_kit", "recserve_model", "recserve", "google", "pipelines"}
 LOCAL |= {"recserve_stack", "bench", "tests"}
+LOCAL |= {"recserve_delivery", "recserve_feast", "recserve_cli", "recserve_data"}
 SHARED = ["libs/recserve_kit", "libs/recserve_model", "gen/python/recserve"]
 
 
@@ -40,14 +41,14 @@ def test_requirement_files_are_current():
 IMAGE_CODE = {
     "pipelines": [
         "pipelines",
-        "services/features",
-        "services/retriever",
-        "libs/recserve_stack",
-        # The gateway canary's controller (recserve_stack canary) runs the
-        # ranker's rollout state machine.
-        "services/ranker/rollout.py",
-        "services/ranker/rollout_status.py",
+        "apps/recserve_stack",
+        "libs/recserve_delivery",
+        "libs/recserve_feast",
+        "libs/recserve_cli",
+        "libs/recserve_data",
     ],
+    "features": ["services/features", "libs/recserve_feast"],
+    "ranker": ["services/ranker", "libs/recserve_delivery"],
 }
 
 

@@ -23,7 +23,7 @@ def test_context_travels_sampled_or_not():
 
 
 def test_the_span_file_is_rotated_at_its_size_limit(tmp_path):
-    """Issue 19, finding 7: span files grew without bound in the volume."""
+    """Span files once grew without bound in the volume."""
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
     from recserve_kit.telemetry import OtlpJsonFileExporter

@@ -1,4 +1,4 @@
-"""Issue 16, finding 1, at the kit: a service port with the stack's mutual TLS
+"""Access control at the kit: a service port with the stack's mutual TLS
 takes only callers holding a certificate of the stack's CA, and an admin RPC
 needs the admin token even from such a caller."""
 

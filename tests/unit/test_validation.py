@@ -1,4 +1,4 @@
-"""One id policy at every service's edge (issue 16, finding 3): ASCII only,
+"""One id policy at every service's edge: ASCII only,
 so Unicode digits can neither crash a lookup nor alias a real id."""
 
 import pytest

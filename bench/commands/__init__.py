@@ -1,0 +1,1 @@
+"""The bench commands, one module each, grouped by what they measure."""

@@ -1,0 +1,43 @@
+"""`python -m bench chaos`: its options, its table and its JSON record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from bench.output import console, write
+
+
+def chaos(
+    target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
+    admin: Annotated[str, typer.Option(help="Envoy's admin URL.")] = "http://127.0.0.1:9901",
+    kill: Annotated[str, typer.Option(help="Comma-separated processes, in turn.")] = ",".join(
+        ("gateway", "features", "retriever", "ranker", "tritonserver", "envoy")
+    ),
+    rate: float = 100.0,
+    duration: Annotated[float, typer.Option(help="Seconds of load per kill.", max=120)] = 15.0,
+    out: Path | None = None,
+) -> None:
+    """SIGKILL each stack process in turn under open-loop load: what clients saw."""
+    from bench.chaos import run as run_chaos
+
+    rows = run_chaos(target, admin, tuple(kill.split(",")), rate, duration)
+    table = Table(title=f"SIGKILL under {rate:.0f} req/s through {target}, 2 s into the load")
+    for column in ("killed", "errors", "degraded", "last non-full answer, s after kill", "p99 ms"):
+        table.add_column(column)
+    for row in rows:
+        if row["killed"] == "envoy":
+            table.add_row("envoy", "", "", f"ready again after {row['ready_again_after_s']} s", "")
+            continue
+        table.add_row(
+            str(row["killed"]),
+            str(sum(row["errors"].values())),  # type: ignore[attr-defined]
+            str(sum(row["degraded"].values())),  # type: ignore[attr-defined]
+            str(row["last_not_full_after_s"]),
+            str(row["p99_ms"]),
+        )
+    console.print(table)
+    write(out, {"benchmark": "chaos", "rate": rate, "duration_s": duration, "rows": rows})

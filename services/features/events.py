@@ -1,0 +1,145 @@
+"""Real-time activity: validated events update each user's activity and
+each item's statistics in the online store (Feast push), once per user and
+item a batch; the items' new values go to watchers at once."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+from feast import FeatureStore
+from feast.data_source import PushMode
+
+from recserve_feast.repo import ITEM_PUSH_SOURCE, USER_PUSH_SOURCE
+from recserve_kit.errors import InvalidArgument
+from recserve_kit.validation import check_id
+from services.features.config import FeaturesSettings
+from services.features.items import ItemReader
+from services.features.records import Event
+from services.features.users import UserReader
+
+RECENT_ITEMS = 20
+SEEN_ITEMS = 1000
+
+
+@dataclass
+class Activity:
+    rating_count: int
+    rated: int  # events with a rating, for the running mean
+    mean_rating: float
+    recent: list[str] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
+
+
+class EventWriter:
+    def __init__(
+        self, store: FeatureStore, settings: FeaturesSettings, users: UserReader, items: ItemReader
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.users = users
+        self.items = items
+        self._push_lock = asyncio.Lock()
+
+    def validate(self, events: Sequence[Event]) -> None:
+        if not events:
+            raise InvalidArgument("events", "is empty")
+        if len(events) > self.settings.max_events:
+            raise InvalidArgument("events", f"at most {self.settings.max_events} per call")
+        latest = datetime.now(UTC) + timedelta(days=1)
+        for n, event in enumerate(events):
+            check_id(event.user_id, f"events[{n}].user_id")
+            check_id(event.item_id, f"events[{n}].item_id")
+            if not math.isfinite(event.rating) or not (
+                event.rating == 0 or 0.5 <= event.rating <= 5.0
+            ):
+                raise InvalidArgument(f"events[{n}].rating", "must be 0 (implicit) or 0.5 to 5")
+            if event.event_time.timestamp() <= 0:
+                raise InvalidArgument(f"events[{n}].event_time", "is missing")
+            if event.event_time > latest:
+                raise InvalidArgument(f"events[{n}].event_time", "is in the future")
+
+    async def push(self, events: Sequence[Event]) -> int:
+        """Validates every event, then writes each user's new activity once."""
+        self.validate(events)
+        async with self._push_lock:
+            users = sorted({e.user_id for e in events})
+            current = await asyncio.to_thread(self.users.read, users)
+            rows = []
+            for record in current:
+                mine = sorted(
+                    (e for e in events if e.user_id == record.user_id), key=lambda e: e.event_time
+                )
+                activity = Activity(
+                    record.rating_count,
+                    record.rating_count,
+                    record.mean_rating,
+                    list(record.recent_item_ids),
+                    list(record.seen_item_ids),
+                )
+                for event in mine:
+                    activity.rating_count += 1
+                    if event.rating > 0:
+                        total = activity.mean_rating * activity.rated + event.rating
+                        activity.rated += 1
+                        activity.mean_rating = total / activity.rated
+                    activity.recent = [event.item_id] + [
+                        i for i in activity.recent if i != event.item_id
+                    ]
+                    activity.seen = [event.item_id] + [
+                        i for i in activity.seen if i != event.item_id
+                    ]
+                rows.append(
+                    {
+                        "user_id": record.user_id,
+                        "rating_count": activity.rating_count,
+                        "mean_rating": activity.mean_rating,
+                        "recent_item_ids": activity.recent[:RECENT_ITEMS],
+                        "seen_item_ids": activity.seen[:SEEN_ITEMS],
+                        # Pushed rows must be newer than what the store holds.
+                        "event_timestamp": max(datetime.now(UTC), mine[-1].event_time),
+                    }
+                )
+            frame = pd.DataFrame(rows)
+            frame["rating_count"] = frame["rating_count"].astype("int64")
+            frame["mean_rating"] = frame["mean_rating"].astype("float32")
+            item_frame = await asyncio.to_thread(self._item_stats_after, events)
+            await asyncio.to_thread(self.store.push, USER_PUSH_SOURCE, frame, to=PushMode.ONLINE)
+            await asyncio.to_thread(
+                self.store.push, ITEM_PUSH_SOURCE, item_frame, to=PushMode.ONLINE
+            )
+            # The items' popularity changed: the next read must not see the old
+            # one, and watchers (the ranker's feature table) get the new values.
+            changed = list(item_frame["item_id"])
+            self.items.invalidate(changed)
+            fresh = await asyncio.to_thread(self.items.read, changed)
+            self.items.catalogue.update([r for r in fresh if r.found])
+        return len(events)
+
+    def _item_stats_after(self, events: Sequence[Event]) -> pd.DataFrame:
+        item_ids = sorted({e.item_id for e in events})
+        current = {r.item_id: r for r in self.items.read(item_ids)}
+        rows = []
+        for item_id in item_ids:
+            record = current[item_id]
+            ratings = [e.rating for e in events if e.item_id == item_id]
+            rated = [r for r in ratings if r > 0]
+            count = record.popularity + len(ratings)
+            total = record.mean_rating * record.popularity + sum(rated)
+            mean = total / (record.popularity + len(rated)) if rated else record.mean_rating
+            rows.append(
+                {
+                    "item_id": item_id,
+                    "popularity": count,
+                    "mean_rating": mean,
+                    "event_timestamp": datetime.now(UTC),
+                }
+            )
+        frame = pd.DataFrame(rows)
+        frame["popularity"] = frame["popularity"].astype("int64")
+        frame["mean_rating"] = frame["mean_rating"].astype("float32")
+        return frame

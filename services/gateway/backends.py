@@ -1,0 +1,194 @@
+"""The gateway's calls to its backends, one method a stage. Internal calls
+carry columns, not messages: the user vector and scores as float32 bytes,
+candidates as an id list."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
+from recserve.ranker.v1 import ranker_pb2 as rpb
+from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve.retriever.v1 import retriever_pb2 as qpb
+from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit.tracing import outbound_metadata
+from services.gateway.config import GatewaySettings
+from services.gateway.stages import STAGE_CHILDREN, Stages
+from services.gateway.user_vectors import UserVectors
+
+DESCRIBE_TIMEOUT_S = 0.01  # titles the live catalogue lacks: worth a short wait only
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vector_f32: bytes
+    model_version: str
+
+
+@dataclass(frozen=True)
+class Ranked:
+    scores: np.ndarray
+    model_version: str
+    affinity: np.ndarray | None = None  # each candidate's, when explained
+
+
+class Backends:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        features: features_pb2_grpc.FeatureServiceStub,
+        retriever: retriever_pb2_grpc.RetrieverServiceStub,
+        ranker: ranker_pb2_grpc.RankerServiceStub,
+    ) -> None:
+        self.settings = settings
+        self.features = features
+        self.retriever = retriever
+        self.ranker = ranker
+        self.user_vectors = UserVectors(settings.user_vector_cache_size)
+
+    async def user(self, stages: Stages, user_id: str) -> fpb.UserFeatures:
+        reply = await stages.run(
+            "features",
+            "FEATURES",
+            self.settings.features_ms,
+            lambda t: self.features.GetUserFeatures(
+                fpb.GetUserFeaturesRequest(user_id=user_id),
+                timeout=t,
+                metadata=outbound_metadata(),
+            ),
+        )
+        return reply.user
+
+    async def embed(self, stages: Stages, profile: fpb.UserFeatures) -> Embedded:
+        """The user's vector: from the cache when this profile was embedded by
+        the model version in use, else from the ranker (and cached)."""
+        key = UserVectors.key(profile)
+        cached = self.user_vectors.get(key)
+        if cached is not None:
+            stages.cached("embed")
+            return Embedded(*cached)
+        reply = await stages.run(
+            "embed",
+            "RANKER",
+            self.settings.embed_ms,
+            lambda t: self.ranker.EmbedUser(
+                rpb.EmbedUserRequest(user=profile), timeout=t, metadata=outbound_metadata()
+            ),
+        )
+        self.user_vectors.put(key, reply.vector_f32, reply.model_version)
+        return Embedded(reply.vector_f32, reply.model_version)
+
+    async def search(
+        self, stages: Stages, vector_f32: bytes, categories: Sequence[str], exclude: Sequence[str]
+    ) -> tuple[list[str], np.ndarray]:
+        """Candidates for a user vector: ids and retrieval scores, in columns."""
+        reply = await stages.run(
+            "retrieve",
+            "RETRIEVER",
+            self.settings.retrieve_ms,
+            lambda t: self.retriever.Search(
+                qpb.SearchRequest(
+                    vector_f32=vector_f32,
+                    k=self.settings.candidates,
+                    filter=qpb.SearchFilter(categories=categories, exclude_item_ids=exclude),
+                    columns=True,
+                ),
+                timeout=t,
+                metadata=outbound_metadata(),
+            ),
+        )
+        return list(reply.item_ids), np.frombuffer(reply.scores_f32, "<f4")
+
+    async def similar(
+        self,
+        stages: Stages,
+        item_id: str,
+        k: int,
+        categories: Sequence[str],
+        exclude: Sequence[str],
+    ) -> list[qpb.ScoredItem]:
+        reply = await stages.run(
+            "retrieve",
+            "RETRIEVER",
+            self.settings.retrieve_ms,
+            lambda t: self.retriever.SimilarItems(
+                qpb.SimilarItemsRequest(
+                    item_id=item_id,
+                    k=k,
+                    filter=qpb.SearchFilter(categories=categories, exclude_item_ids=exclude),
+                ),
+                timeout=t,
+                metadata=outbound_metadata(),
+            ),
+        )
+        return list(reply.items)
+
+    async def score(
+        self,
+        stages: Stages,
+        profile: fpb.UserFeatures,
+        embedded: Embedded,
+        ids: Sequence[str],
+        retrieval_scores: np.ndarray,
+        explain: bool = False,
+    ) -> Ranked:
+        reply = await stages.run(
+            "rank",
+            "RANKER",
+            self.settings.rank_ms,
+            lambda t: self.ranker.Score(
+                rpb.ScoreRequest(
+                    user=profile,
+                    user_vector_f32=embedded.vector_f32,
+                    user_vector_version=embedded.model_version,
+                    item_ids=ids,
+                    retrieval_scores_f32=retrieval_scores.tobytes(),
+                    explain=explain,
+                ),
+                timeout=t,
+                metadata=outbound_metadata(),
+            ),
+        )
+        self.user_vectors.saw_version(reply.model_version, profile, embedded.model_version)
+        affinity = np.asarray(reply.affinity, dtype=np.float32) if explain else None
+        return Ranked(np.asarray(reply.scores, dtype=np.float32), reply.model_version, affinity)
+
+    async def describe(
+        self, stages: Stages, item_ids: Sequence[str]
+    ) -> dict[str, fpb.ItemFeatures]:
+        """Titles and categories of items the local copies lack, asked of the
+        features service with a short wait; none when it does not answer."""
+        timeout = min(DESCRIBE_TIMEOUT_S, max(stages.deadline.remaining_s(), 0.002))
+        started = time.perf_counter()
+        try:
+            reply = await self.features.GetItemFeatures(
+                fpb.GetItemFeaturesRequest(item_ids=item_ids),
+                timeout=timeout,
+                metadata=outbound_metadata(),
+            )
+        except grpc.aio.AioRpcError:
+            return {}  # ids without titles are still the answer
+        finally:
+            STAGE_CHILDREN["describe"].observe(time.perf_counter() - started)
+        return {f.item_id: f for f in reply.items if f.found}
+
+
+def ranker_profile(user: fpb.UserFeatures) -> fpb.UserFeatures:
+    """What the ranker reads of a user: without the seen and precomputed
+    lists (up to 1,000 ids each), which only the gateway needs."""
+    return fpb.UserFeatures(
+        user_id=user.user_id,
+        found=user.found,
+        age=user.age,
+        gender=user.gender,
+        occupation=user.occupation,
+        rating_count=user.rating_count,
+        mean_rating=user.mean_rating,
+        recent_item_ids=user.recent_item_ids,
+    )

@@ -1,0 +1,88 @@
+"""What a caller asks of the gateway and what it answers, and the public
+edge's checks: a bad request is the caller's error, never a degraded answer
+that looks like an outage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from recserve_kit.errors import InvalidArgument
+from recserve_kit.validation import check_id, check_ids
+from services.gateway.segment_lists import GENDERS, MAX_AGE, Attributes
+
+MAX_K = 100
+MAX_OCCUPATION = 64
+MAX_FILTER_VALUES = 1000
+
+
+@dataclass(frozen=True)
+class Query:
+    user_id: str
+    k: int
+    categories: tuple[str, ...] = ()
+    exclude_item_ids: tuple[str, ...] = ()
+    item_id: str = ""  # SimilarItems only
+    attributes: Attributes | None = None  # a new user's, for the segment list
+    debug: bool = False  # stage timings and each item's explanation in the answer
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Where an item came from and the parts of its score (debug answers)."""
+
+    stage: str  # "rank", or the fallback source in lower case ("popular", ...)
+    retrieval_score: float = 0.0
+    retrieval_rank: int = -1  # -1: not among the retrieved candidates
+    ranker_score: float = 0.0
+    affinity: float = 0.0
+
+
+@dataclass(frozen=True)
+class Item:
+    item_id: str
+    score: float
+    title: str
+    categories: tuple[str, ...]
+    explanation: Explanation | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    items: list[Item]
+    degraded: bool = False
+    reason: str = ""  # a DegradedReason name without the prefix, e.g. "RANKER_TIMEOUT"
+    model_version: str = ""
+    timings: list[tuple[str, float]] = field(default_factory=list)
+    source: str = ""  # a FallbackSource name without the prefix, e.g. "PRECOMPUTED"
+
+
+def check_query(query: Query, need_user: bool, known_categories: frozenset[str]) -> None:
+    if need_user and not query.user_id:
+        raise InvalidArgument("user_id", "is required")
+    if query.user_id:
+        check_id(query.user_id, "user_id")
+    if query.item_id:
+        check_id(query.item_id, "item_id")
+    if not 1 <= query.k <= MAX_K:
+        raise InvalidArgument("k", f"must be between 1 and {MAX_K}, got {query.k}")
+    if len(query.categories) > MAX_FILTER_VALUES or any(not c for c in query.categories):
+        raise InvalidArgument("filter.categories", f"at most {MAX_FILTER_VALUES} non-empty values")
+    if known_categories:  # known once the catalogue (or the popular lists) arrived
+        unknown = [c for c in query.categories if c not in known_categories]
+        if unknown:
+            raise InvalidArgument("filter.categories", f"unknown category {unknown[0][:64]!r}")
+    if len(query.exclude_item_ids) > MAX_FILTER_VALUES:
+        raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} ids")
+    check_ids(query.exclude_item_ids, "filter.exclude_item_ids")
+    check_attributes(query.attributes)
+
+
+def check_attributes(a: Attributes | None) -> None:
+    if a is None:
+        return
+    if not 1 <= a.age <= MAX_AGE:
+        raise InvalidArgument("attributes.age", f"must be between 1 and {MAX_AGE}, got {a.age}")
+    if a.gender not in GENDERS:
+        raise InvalidArgument("attributes.gender", f"must be one of {', '.join(GENDERS)}")
+    if not a.occupation or len(a.occupation) > MAX_OCCUPATION:
+        raise InvalidArgument("attributes.occupation", f"1 to {MAX_OCCUPATION} characters")
