@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -87,6 +88,23 @@ def data_dir_with_artifacts(tmp: Path, built_data_dir: Path) -> Path:
     (tmp / "triton" / "repository").symlink_to(
         built_data_dir / "triton" / "repository", target_is_directory=True
     )
+    return tmp
+
+
+def data_dir_for_versions(tmp: Path, built_data_dir: Path) -> Path:
+    """A fresh data dir that shares the built artifacts but can take more
+    versions: its own artifacts folder (links to each built artifact) and its
+    own copy of the Triton repository, so a version published into it
+    changes nothing outside it."""
+    (tmp / "artifacts").mkdir(parents=True)
+    for entry in (built_data_dir / "artifacts").iterdir():
+        target = tmp / "artifacts" / entry.name
+        if entry.is_dir():
+            target.symlink_to(entry.resolve(), target_is_directory=True)
+        else:
+            shutil.copy2(entry, target)
+    shutil.copytree(built_data_dir / "triton" / "repository", tmp / "triton" / "repository")
+    (tmp / "raw").symlink_to(built_data_dir / "raw", target_is_directory=True)
     return tmp
 
 

@@ -14,7 +14,11 @@ import sysconfig
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from recserve_kit.transport import TRITON_CONTROL_HEADER, TRITON_CONTROL_SECRET
+from recserve_kit.transport import (
+    TRITON_CONTROL_HEADER,
+    TRITON_CONTROL_SECRET,
+    TRITON_KEEPALIVE_FLAGS,
+)
 from recserve_stack.settings import StackSettings
 
 
@@ -65,6 +69,7 @@ def command(settings: StackSettings, models: list[str]) -> list[str]:
         f"--http-address={settings.host}",
         f"--metrics-address={settings.host}",
         f"--grpc-port={settings.triton_grpc_port}",
+        *TRITON_KEEPALIVE_FLAGS,
         f"--http-port={settings.triton_http_port}",
         f"--metrics-port={settings.triton_metrics_port}",
         "--log-verbose=0",

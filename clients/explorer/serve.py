@@ -5,7 +5,8 @@ recserve through the Python client and serves a page to look at answers.
         [--port 8090] [--data-dir data]
 
 --data-dir: where the app finds users' history (the current artifact's
-activity tables); without it the page shows no history.
+activity tables) and the model rollout in progress (its stable and
+candidate lists are shown side by side); without it, neither.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def main() -> None:
     history = ArtifactHistory.from_data_dir(args.data_dir) if args.data_dir else None
     import uvicorn
 
-    app = create_app(args.target, history)
+    rollout = args.data_dir / "rollout" / "ranker.json" if args.data_dir else None
+    app = create_app(args.target, history, rollout)
     print(f"recserve explorer on http://{args.host}:{args.port} (recserve at {args.target})")
     uvicorn.run(app, host=args.host, port=args.port, loop="asyncio", log_level="warning")
 

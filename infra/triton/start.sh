@@ -24,4 +24,7 @@ exec "$server" "$@" \
   --grpc-root-cert="$tls/ca.pem" \
   --grpc-restricted-protocol="model-repository,shared-memory,trace,logging:$restriction" \
   --http-restricted-api="metadata,inference,shared-memory,model-config,model-repository,statistics,trace,logging:$restriction" \
+  --grpc-keepalive-permit-without-calls=1 \
+  --grpc-http2-min-recv-ping-interval-without-data=5000 \
+  --grpc-http2-max-ping-strikes=0 \
   ${TRITON_EXTRA_ARGS:-}

@@ -106,7 +106,9 @@ def build_server(
     options: Sequence[tuple[str, Any]] = (),
 ) -> Service:
     """An unstarted server with health, reflection, error mapping, spans and metrics."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *options])
+    server = grpc.aio.server(
+        options=[("grpc.so_reuseport", 0), *transport.SERVER_KEEPALIVE, *options]
+    )
     tokens = AdminTokens(settings.admin_jwks) if settings.admin_jwks else None
     for registration in registrations:
         # Our servicers get one wrapper per method (errors, span, metric);

@@ -63,6 +63,33 @@ class Tls:
         return grpc.ssl_channel_credentials(self.ca, self.key, self.cert)
 
 
+# Keepalive that both ends agree on. Clients ping every 10 s, idle or not,
+# so a dead peer is found before a request needs it; servers take a ping
+# every 5 s without data, any number of them. gRPC's defaults disagree: a
+# server answers the third idle ping within 5 minutes with GOAWAY
+# too_many_pings, and the next call after a quiet spell pays a reconnect.
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+MIN_RECV_PING_INTERVAL_MS = 5_000
+CLIENT_KEEPALIVE: list[tuple[str, Any]] = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+SERVER_KEEPALIVE: list[tuple[str, Any]] = [
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_RECV_PING_INTERVAL_MS),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+# The same terms for Triton's gRPC server (its command-line flags).
+TRITON_KEEPALIVE_FLAGS = [
+    "--grpc-keepalive-permit-without-calls=1",
+    f"--grpc-http2-min-recv-ping-interval-without-data={MIN_RECV_PING_INTERVAL_MS}",
+    "--grpc-http2-max-ping-strikes=0",
+]
+
+
 def bind(server: grpc.aio.Server, address: str, tls: Tls | None) -> int:
     if tls is None:
         return server.add_insecure_port(address)

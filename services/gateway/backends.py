@@ -137,6 +137,7 @@ class Backends:
         ids: Sequence[str],
         retrieval_scores: np.ndarray,
         explain: bool = False,
+        version: str = "",
     ) -> Ranked:
         reply = await stages.run(
             "rank",
@@ -150,12 +151,14 @@ class Backends:
                     item_ids=ids,
                     retrieval_scores_f32=retrieval_scores.tobytes(),
                     explain=explain,
+                    version=version,
                 ),
                 timeout=t,
                 metadata=outbound_metadata(),
             ),
         )
-        self.user_vectors.saw_version(reply.model_version, profile, embedded.model_version)
+        if not version:  # a comparison's version says nothing of the user's
+            self.user_vectors.saw_version(reply.model_version, profile, embedded.model_version)
         affinity = np.asarray(reply.affinity, dtype=np.float32) if explain else None
         return Ranked(np.asarray(reply.scores, dtype=np.float32), reply.model_version, affinity)
 

@@ -98,7 +98,13 @@ class Flows:
         if profile is not None and embedded is not None:
             try:
                 ranked = await self.backends.score(
-                    stages, profile, embedded, ids, retrieval_scores, query.debug
+                    stages,
+                    profile,
+                    embedded,
+                    ids,
+                    retrieval_scores,
+                    query.debug,
+                    query.model_version,
                 )
                 scores, model_version = ranked.scores, ranked.model_version
             except StageFailed as failure:

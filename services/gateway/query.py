@@ -24,6 +24,7 @@ class Query:
     item_id: str = ""  # SimilarItems only
     attributes: Attributes | None = None  # a new user's, for the segment list
     debug: bool = False  # stage timings and each item's explanation in the answer
+    model_version: str = ""  # debug only: rank with this loaded version (a comparison)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ def check_query(query: Query, need_user: bool, known_categories: frozenset[str])
     if len(query.exclude_item_ids) > MAX_FILTER_VALUES:
         raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} ids")
     check_ids(query.exclude_item_ids, "filter.exclude_item_ids")
+    if query.model_version:
+        check_id(query.model_version, "model_version")
     check_attributes(query.attributes)
 
 

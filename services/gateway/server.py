@@ -30,9 +30,7 @@ log = logging.getLogger(__name__)
 # Keepalive through the channel's options; no retries here: inside a 100 ms
 # budget the fallback is the better answer, and Envoy retries at the edge.
 CHANNEL_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
+    *transport.CLIENT_KEEPALIVE,
     # A backend that comes back is used again within a second, not after
     # gRPC's default backoff (which grows toward two minutes).
     ("grpc.initial_reconnect_backoff_ms", 100),

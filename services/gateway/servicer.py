@@ -87,6 +87,7 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             tuple(request.filter.exclude_item_ids),
             attributes=attributes,
             debug=request.debug,
+            model_version=request.model_version if request.debug else "",
         )
         answer = await self.gateway.recommend(query, remaining_s(context), queued_s(context))
         reply = pb.RecommendResponse(request_id=request.request_id or uuid.uuid4().hex)

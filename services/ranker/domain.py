@@ -77,6 +77,7 @@ class ScoreQuery:
     vector_version: str = ""  # the version that computed user_vector ("" : any)
     vector_field: str = "user_vector"  # named in errors about the vector
     explain: bool = False  # return each candidate's affinity too
+    version: str = ""  # score with this loaded version, not the user's (a comparison)
 
 
 def user_arrays(encoder: Encoder, user: UserInput) -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +196,7 @@ class Ranker:
         timeout_s: float,
         vector_version: str = "",
         explain: bool = False,
+        version: str = "",
     ) -> Scored:
         """Score in columns: item features gathered from the live item table.
         A vector another model version computed (``vector_version``, a caller's
@@ -215,6 +217,7 @@ class Ranker:
             vector_version,
             "user_vector_f32",
             explain,
+            version,
         )
         return await self._score_routed(query)
 
@@ -228,6 +231,8 @@ class Ranker:
                 return await self._score(loaded, replace(query, user_vector=None))
             return await self._score(loaded, query)
 
+        if query.version:
+            return await run(self.models.loaded_version(query.version))
         result = await self._with_fallback(self.models.for_user(query.user.user_id), run)
         candidate = self.models.shadow_candidate(result.model_version)
         if candidate is not None:

@@ -143,6 +143,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             self._timeout(context),
             vector_version=request.user_vector_version,
             explain=request.explain,
+            version=request.version,
         )
         return score_response(scored)
 

@@ -29,7 +29,10 @@ BACKSTOP_GRACE_S = 0.25
 Tensor = tuple[str, np.ndarray]
 DATATYPES = {np.dtype(np.int64): "INT64", np.dtype(np.float32): "FP32"}
 KEEPALIVE = KeepAliveOptions(
-    keepalive_time_ms=10_000, keepalive_timeout_ms=5_000, keepalive_permit_without_calls=True
+    keepalive_time_ms=transport.KEEPALIVE_TIME_MS,
+    keepalive_timeout_ms=transport.KEEPALIVE_TIMEOUT_MS,
+    keepalive_permit_without_calls=True,
+    http2_max_pings_without_data=0,
 )
 
 
@@ -73,10 +76,9 @@ class TritonClient:
         self.channel = transport.aio_channel(
             settings.triton_url,
             tls,
+            # Triton takes these pings (its flags: TRITON_KEEPALIVE_FLAGS).
             options=[
-                ("grpc.keepalive_time_ms", KEEPALIVE.keepalive_time_ms),
-                ("grpc.keepalive_timeout_ms", KEEPALIVE.keepalive_timeout_ms),
-                ("grpc.keepalive_permit_without_calls", 1),
+                *transport.CLIENT_KEEPALIVE,
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ],
         )

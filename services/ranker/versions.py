@@ -83,6 +83,13 @@ class ModelVersions:
             return stable
         return self.versions.get(rollout.version_for(user_id), stable)
 
+    def loaded_version(self, version: str) -> Loaded:
+        """A version loaded in Triton now, by name (a debug comparison)."""
+        loaded = self.versions.get(version)
+        if loaded is None:
+            raise NotFound(f"model version {version!r} is not loaded")
+        return loaded
+
     def shadow_candidate(self, served_version: str) -> Loaded | None:
         """The candidate to shadow-score an answer of the stable version with,
         for the share of requests the rollout asks for."""

@@ -16,13 +16,14 @@ try:
 except ImportError as error:  # the wheel, not the source tree, is what is tested
     raise ImportError("recserve_client is not installed: `make clients` installs it") from error
 
-from tests.helpers import data_dir_with_artifacts, poll_until
+from tests.helpers import data_dir_for_versions, poll_until
 from tests.stack import RunningStack, running_stack
 
 
 @pytest.fixture(scope="package")
 def stack(built, tmp_path_factory) -> Iterator[RunningStack]:
-    data_dir = data_dir_with_artifacts(
+    # Its own Triton repository: the explorer's rollout test publishes a version.
+    data_dir = data_dir_for_versions(
         tmp_path_factory.mktemp("clients") / "data", built.directory.parents[1]
     )
     with running_stack(data_dir) as running:

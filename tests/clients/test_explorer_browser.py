@@ -95,3 +95,62 @@ def test_the_explorer_in_a_browser(stack, client, explorer):
             expect(page.locator("#items .item .explanation").first).to_contain_text("ranker score")
         finally:
             browser.close()
+
+
+ROLLOUT_SCREENSHOT = ROOT / "docs" / "img" / "explorer-rollout.png"
+
+
+def test_during_a_rollout_the_explorer_shows_both_versions_side_by_side(stack, client, explorer):
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (make clients installs it)")
+    import grpc
+    from playwright.sync_api import expect, sync_playwright
+
+    from pipelines.rehearsal import make_version
+    from recserve.ranker.v1 import ranker_pb2 as kpb
+    from recserve.ranker.v1 import ranker_pb2_grpc
+
+    candidate = make_version(stack.data_dir, "compared")
+    token = (stack.data_dir / "auth" / "admin.token").read_text().strip()
+    metadata = [("authorization", f"Bearer {token}")]
+    with grpc.insecure_channel(stack.envoy_address) as channel:
+        ranker = ranker_pb2_grpc.RankerServiceStub(channel)
+        # Held at its first step: nobody is promoted while the page looks.
+        plan = kpb.StartRolloutRequest(
+            version=candidate, steps_percent=[5, 100], soak_s=3600, min_requests=1_000_000
+        )
+        stable = ranker.StartRollout(plan, metadata=metadata, timeout=120).status.stable_version
+        try:
+            full_answer(client, "42", k=20)
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path=str(CHROMIUM), args=["--no-sandbox"]
+                )
+                try:
+                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                    page.goto(f"{explorer}/?user=42")
+                    expect(page.locator("#rollout-panel")).to_be_visible(timeout=15_000)
+
+                    def both_full() -> bool:  # a side shed or degraded: ask again
+                        marks = page.locator("#rollout-panel .degraded-mark").count()
+                        if marks == 0 and page.locator("#candidate-items .item").count():
+                            return True
+                        page.click("#show")
+                        page.wait_for_timeout(500)
+                        return False
+
+                    poll_until(both_full, 30, 0.2, "both versions' full lists")
+                    expect(page.locator("#stable-version")).to_contain_text(stable)
+                    expect(page.locator("#candidate-version")).to_contain_text(candidate)
+                    expect(page.locator("#candidate-version")).to_contain_text(f"model {candidate}")
+                    expect(page.locator("#stable-items .item")).to_have_count(20)
+                    expect(page.locator("#candidate-items .item")).to_have_count(20)
+                    expect(page.locator("#rollout-title")).to_contain_text("5% of users")
+                    page.screenshot(path=str(ROLLOUT_SCREENSHOT), full_page=True)
+                finally:
+                    browser.close()
+        finally:
+            ranker.AbortRollout(kpb.AbortRolloutRequest(), metadata=metadata, timeout=60)
+    # Each list was asked of its own version, through the public API.
+    for version in (stable, candidate):
+        assert client.recommend("42", 5, model_version=version).model_version == version

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -24,7 +23,7 @@ from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_delivery.rollout import user_position
 from tests.delivery.traffic import Load
-from tests.helpers import full_answer, poll_until
+from tests.helpers import data_dir_for_versions, full_answer, poll_until
 from tests.stack import running_stack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,17 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def stack(built, tmp_path_factory):
     """A stack whose Triton repository and artifact folder can take versions."""
-    data_dir = tmp_path_factory.mktemp("delivery") / "data"
-    (data_dir / "artifacts").mkdir(parents=True)
-    source = built.directory.parents[1]
-    for entry in (source / "artifacts").iterdir():
-        target = data_dir / "artifacts" / entry.name
-        if entry.is_dir():
-            target.symlink_to(entry.resolve(), target_is_directory=True)
-        else:
-            shutil.copy2(entry, target)
-    shutil.copytree(source / "triton" / "repository", data_dir / "triton" / "repository")
-    (data_dir / "raw").symlink_to(source / "raw", target_is_directory=True)
+    data_dir = data_dir_for_versions(
+        tmp_path_factory.mktemp("delivery") / "data", built.directory.parents[1]
+    )
     with running_stack(data_dir) as running:
         yield running
 

@@ -18,6 +18,7 @@ from compose_spec import PyCompose
 
 from recserve_kit import attributes
 from recserve_kit.config import env_name
+from recserve_kit.transport import TRITON_KEEPALIVE_FLAGS
 from recserve_stack import auth, envoy, pki, triton
 from recserve_stack.components import service_environment
 from recserve_stack.settings import StackSettings
@@ -165,6 +166,8 @@ def test_triton_in_compose_gets_the_runners_security_flags(dockerfile, tmp_path)
             # The script reads the same files from /data/tls, the secret at start.
             expected = flag.replace(str(tls_dir), "$tls").replace(secret, "")
             assert expected.split("recserve-triton-control=")[0] in unquoted, flag
+    for flag in TRITON_KEEPALIVE_FLAGS:  # and takes the clients' idle pings
+        assert flag in script, flag
     http = script.split("--http-restricted-api=")[1].split(":")[0]
     assert "health" not in http.split(",") and "inference" in http
 

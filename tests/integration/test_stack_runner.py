@@ -115,7 +115,10 @@ def test_components_die_with_a_killed_runner(tmp_path, built):
 
     # SIGTERM is graceful: Triton finishes loading, then waits up to its exit
     # timeout (30 s) for models to unload.
-    poll_until(lambda: not alive(), 90, 0.1, "every component process to exit")
+    try:
+        poll_until(lambda: not alive(), 90, 0.1, "every component process to exit")
+    except AssertionError as late:
+        raise AssertionError(f"{late}; still running: {alive()}") from None
     print(f"all components gone {time.monotonic() - started:.1f}s after the runner")
 
 

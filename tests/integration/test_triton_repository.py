@@ -192,3 +192,26 @@ def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path)
         for version, expected in ((old, expected_old), (new, expected_new)):
             got = asyncio.run(scores(server.grpc_url, version))
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+async def test_triton_keeps_an_idle_pinging_client_connected(triton):
+    """Triton runs with the stack's keepalive terms (TRITON_KEEPALIVE_FLAGS):
+    the ranker's channel, pinging while idle, is not cut with GOAWAY
+    too_many_pings after a quiet spell, and the next call needs no reconnect."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    from recserve_kit.transport import CLIENT_KEEPALIVE
+
+    pings = [*dict(CLIENT_KEEPALIVE, **{"grpc.keepalive_time_ms": 500}).items()]
+    channel = grpc.aio.insecure_channel(triton.grpc_url, options=pings)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    try:
+        await stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=5)
+        states = []
+        for _ in range(12):
+            await asyncio.sleep(0.25)  # idling is the point: pings, no calls
+            states.append(channel.get_state().name)
+        assert set(states) == {"READY"}, states
+    finally:
+        await channel.close()

@@ -3,6 +3,7 @@ recserve_client's asyncio client (one client, one channel, for the app)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,7 +52,29 @@ def parse_attributes(value: str) -> UserAttributes | None:
     return UserAttributes(int(age) if age.strip().isdigit() else 0, gender, occupation)
 
 
-def create_app(target: str, history: ArtifactHistory | None = None) -> FastAPI:
+def rollout_versions(state_file: Path | None) -> dict[str, Any]:
+    """The model rollout the stack persists (``<data_dir>/rollout/ranker.json``):
+    while one runs, the stable and candidate versions to compare."""
+    if state_file is None or not state_file.exists():
+        return {"active": False}
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return {"active": False}
+    active = state.get("status") in ("running", "paused")
+    steps, step = state.get("steps_percent") or [0], int(state.get("step", 0))
+    return {
+        "active": active,
+        "status": state.get("status", ""),
+        "stable": state.get("stable", ""),
+        "candidate": state.get("candidate", "") if active else "",
+        "share_percent": steps[min(step, len(steps) - 1)] if active else 0,
+    }
+
+
+def create_app(
+    target: str, history: ArtifactHistory | None = None, rollout_file: Path | None = None
+) -> FastAPI:
     clients: dict[str, AsyncRecserveClient] = {}
 
     @asynccontextmanager
@@ -63,6 +86,10 @@ def create_app(target: str, history: ArtifactHistory | None = None) -> FastAPI:
     app = FastAPI(title="recserve explorer", lifespan=lifespan)
     add_pages(app, target, history)
 
+    @app.get("/api/rollout")
+    async def rollout() -> dict[str, Any]:
+        return rollout_versions(rollout_file)
+
     @app.get("/api/recommend", response_model=None)
     async def recommend(
         user_id: str,
@@ -70,6 +97,7 @@ def create_app(target: str, history: ArtifactHistory | None = None) -> FastAPI:
         debug: bool = True,
         category: list[str] = Query(default=[]),  # noqa: B008
         attributes: str = "",
+        model_version: str = "",
     ) -> dict[str, Any] | JSONResponse:
         started = time.perf_counter()
         try:
@@ -79,6 +107,7 @@ def create_app(target: str, history: ArtifactHistory | None = None) -> FastAPI:
                 categories=category,
                 debug=debug,
                 attributes=parse_attributes(attributes),
+                model_version=model_version,
             )
         except RecserveError as error:
             return error_response(error)

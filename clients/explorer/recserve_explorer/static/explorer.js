@@ -123,10 +123,37 @@ async function recommend() {
     waterfall(answer.stage_timings);
     const max = Math.max(0, ...answer.items.map((i) => i.score));
     $("items").replaceChildren(...answer.items.map((i) => itemRow(i, max, true)));
+    compareVersions(userId).catch(() => { $("rollout-panel").hidden = true; });
   } catch (error) {
     showError(error);
     $("items").replaceChildren();
   }
+}
+
+// During a model rollout: the user's list from each version, side by side;
+// items only one version has are marked.
+async function compareVersions(userId) {
+  const rollout = await getJson("/api/rollout", {});
+  $("rollout-panel").hidden = !rollout.active;
+  if (!rollout.active) return;
+  $("rollout-title").textContent =
+    `${rollout.status}, ${rollout.share_percent}% of users on the candidate`;
+  const sides = [["stable", rollout.stable], ["candidate", rollout.candidate]];
+  const answers = [];
+  for (const [, version] of sides) {  // one after the other: two at once may be shed
+    answers.push(await getJson("/api/recommend",
+      { user_id: userId, k: $("k").value, model_version: version }));
+  }
+  const ids = answers.map((a) => new Set(a.items.map((i) => i.item_id)));
+  sides.forEach(([side, version], n) => {
+    $(`${side}-version`).replaceChildren(version, " ", ...describe(answers[n]));
+    const max = Math.max(0, ...answers[n].items.map((i) => i.score));
+    $(`${side}-items`).replaceChildren(...answers[n].items.map((i) => {
+      const row = itemRow(i, max, false);
+      if (!ids[1 - n].has(i.item_id)) row.classList.add("only-here");
+      return row;
+    }));
+  });
 }
 
 async function similar(item) {

@@ -53,6 +53,7 @@ class AsyncRecserveClient:
         debug: bool = False,
         request_id: str = "",
         timeout_s: float | None = None,
+        model_version: str = "",
     ) -> Recommendations:
         request = convert.recommend_request(
             user_id,
@@ -63,6 +64,7 @@ class AsyncRecserveClient:
             attributes=attributes,
             debug=debug,
             request_id=request_id,
+            model_version=model_version,
         )
         return await self._call(self._stub.Recommend, request, timeout_s)
 

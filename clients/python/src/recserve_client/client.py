@@ -59,6 +59,7 @@ class RecserveClient:
         debug: bool = False,
         request_id: str = "",
         timeout_s: float | None = None,
+        model_version: str = "",
     ) -> Recommendations:
         """The top ``k`` items for a user, best first."""
         request = convert.recommend_request(
@@ -70,6 +71,7 @@ class RecserveClient:
             attributes=attributes,
             debug=debug,
             request_id=request_id,
+            model_version=model_version,
         )
         return self._call(self._stub.Recommend, request, timeout_s)
 

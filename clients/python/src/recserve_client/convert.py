@@ -36,13 +36,15 @@ def recommend_request(
     attributes: UserAttributes | None = None,
     debug: bool = False,
     request_id: str = "",
+    model_version: str = "",
 ) -> pb.RecommendRequest:
     request = pb.RecommendRequest(
         request_id=request_id,
         user_id=user_id,
         k=k,
         filter=_filter(categories, exclude_item_ids, item_filter),
-        debug=debug,
+        debug=debug or bool(model_version),
+        model_version=model_version,
     )
     if attributes is not None:
         request.attributes.CopyFrom(
