@@ -22,6 +22,7 @@ from recserve_stack.settings import StackSettings
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
 console = cli_console()
+WAIT_POLL_S = 1.0  # `rollout wait` asks the ranker this often (the judge looks once a second)
 
 
 def call(method: str, request: Message, settings: StackSettings | None = None) -> pb.RolloutStatus:
@@ -128,7 +129,7 @@ def wait(
             show(status)
             console.print(f"[red]still {status.status} after {timeout_s:.0f} s[/]")
             raise typer.Exit(1)
-        time.sleep(1.0)
+        time.sleep(WAIT_POLL_S)
         status = _call("GetRollout", pb.GetRolloutRequest())
     show(status)
     if expect and status.status != expect:
