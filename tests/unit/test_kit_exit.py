@@ -1,0 +1,56 @@
+"""A service process exits after a clean stop even when some task will not
+finish: the kit cancels what is left and waits for it a bounded time
+instead of for ever."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import poll_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SERVICE = """
+import asyncio
+from recserve_kit.config import ServiceSettings
+from recserve_kit.server import build_server, run
+
+async def stubborn() -> None:
+    while True:  # ignores cancellation: the kind of task that hung an exit
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            continue
+
+async def factory():
+    service = build_server("test", ServiceSettings(port=0, shutdown_drain_s=0), [])
+    asyncio.get_running_loop().create_task(stubborn())
+    print("started", flush=True)
+    return service, None
+
+run(factory)
+"""
+
+
+def test_a_task_that_ignores_cancellation_does_not_keep_the_process_alive(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVICE],
+        cwd=ROOT,
+        env={**os.environ, "RECSERVE_DATA_DIR": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "started"
+        process.send_signal(signal.SIGTERM)
+        poll_until(lambda: process.poll() is not None, 30, 0.1, "the process to exit")
+        output = process.stdout.read()
+        assert process.returncode == 0, output
+        assert "abandoned" in output, output
+    finally:
+        if process.poll() is None:
+            process.kill()
