@@ -111,12 +111,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
         Component(
             name="triton",
             argv=triton.command(settings, triton.available_models(settings)),
-            # gRPC health (Triton's own): no HTTP port with TLS on.
-            ready=functools.partial(
-                grpc_serving,
-                f"{settings.host}:{settings.triton_grpc_port}",
-                tls=operator_tls(settings),
-            ),
+            ready=functools.partial(triton.ready, settings, operator_tls(settings)),
             env=triton.environment(settings),
             address=f"{settings.host}:{settings.triton_grpc_port}",
         ),

@@ -18,7 +18,9 @@ from recserve_kit.transport import (
     TRITON_CONTROL_HEADER,
     TRITON_CONTROL_SECRET,
     TRITON_KEEPALIVE_FLAGS,
+    Tls,
 )
+from recserve_stack.probes import grpc_serving, http_ok
 from recserve_stack.settings import StackSettings
 
 
@@ -150,3 +152,11 @@ def environment(settings: StackSettings) -> dict[str, str]:
 def available_models(settings: StackSettings) -> list[str]:
     """The wanted models that the repository actually holds."""
     return [m for m in settings.triton_models if (settings.repository / m).is_dir()]
+
+
+async def ready(settings: StackSettings, tls: Tls | None) -> bool:
+    """gRPC health and the metrics endpoint both answer: tritonserver opens
+    gRPC, then HTTP, then metrics, so gRPC alone let a scrape be refused."""
+    grpc_url = f"{settings.host}:{settings.triton_grpc_port}"
+    metrics_url = f"http://{settings.host}:{settings.triton_metrics_port}/metrics"
+    return await grpc_serving(grpc_url, tls=tls) and await http_ok(metrics_url)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from recserve_kit.transport import Tls
 from recserve_stack import pki, triton
-from recserve_stack.probes import grpc_serving, wait_until
+from recserve_stack.probes import wait_until
 from recserve_stack.settings import StackSettings
 
 
@@ -48,7 +48,7 @@ class TritonProcess:
     def ready(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"tritonserver exited:\n{self.log.read_text()[-3000:]}")
-        return asyncio.run(grpc_serving(self.grpc_url, tls=self.tls))
+        return asyncio.run(triton.ready(self.settings, self.tls))
 
     @property
     def ports(self) -> list[int]:
