@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ MODEL_SOURCES = [
     ROOT / "pipelines" / "onboarding_model.py",  # new users' lists
     ROOT / "libs" / "recserve_model" / "segments.py",
     ROOT / "libs" / "recserve_model" / "encoding.py",
+    ROOT / "libs" / "recserve_model" / "catalogue.py",  # the filterable attributes' form
     ROOT / "libs" / "recserve_data" / "columns.py",  # how the tables' values are typed
 ]
 POPULAR_PER_LIST = 100
@@ -69,10 +71,14 @@ def version_id(fingerprint: str, config: TrainConfig, name: str = "ml100k") -> s
     return f"{name}-{digest.hexdigest()[:12]}"
 
 
-def popular_lists(tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """Most-rated items overall and per category: the gateway's fallback."""
+def popular_lists(
+    tables: dict[str, pd.DataFrame], attributes: Mapping[str, Mapping[str, object]] | None = None
+) -> dict[str, Any]:
+    """Most-rated items overall and per category: the gateway's fallback,
+    each with its filterable attributes so a filtered fallback can honour them."""
     items = tables["item_profile"].merge(tables["item_stats"], on="item_id")
     items = items.sort_values(["popularity", "item_id"], ascending=[False, True])
+    attributes = attributes or {}
 
     def entries(frame: pd.DataFrame) -> list[dict[str, Any]]:
         return [
@@ -81,6 +87,7 @@ def popular_lists(tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
                 "popularity": int(r.popularity),
                 "title": r.title,
                 "categories": list(r.genres),
+                "attributes": dict(attributes.get(r.item_id, {})),
             }
             for r in frame.head(POPULAR_PER_LIST).itertuples()
         ]
@@ -94,9 +101,20 @@ def popular_lists(tables: dict[str, pd.DataFrame]) -> dict[str, Any]:
     }
 
 
+def artifact_attributes(artifact_dir: Path) -> dict[str, dict[str, object]]:
+    """Each item's filterable attributes, as an artifact's item table holds them."""
+    table = pd.read_parquet(artifact_dir / "item_vectors.parquet")
+    if "attributes" not in table:
+        return {}
+    return {
+        str(i): json.loads(a) for i, a in zip(table["item_id"], table["attributes"], strict=True)
+    }
+
+
 def item_vector_table(
-    items: pd.DataFrame, vectors: np.ndarray, row_of: dict[str, int]
+    data: dataset.MovieLens, vectors: np.ndarray, row_of: dict[str, int]
 ) -> pd.DataFrame:
+    items = data.items
     return pd.DataFrame(
         {
             "item_id": items["item_id"],
@@ -105,6 +123,8 @@ def item_vector_table(
             "active": True,
             "title": items["title"],
             "year": items["year"],
+            # Payload form (recserve_model.catalogue), as JSON: kinds differ by attribute.
+            "attributes": [json.dumps(data.item_attributes.get(i, {})) for i in items["item_id"]],
         }
     )
 
@@ -134,10 +154,11 @@ def train_and_export(
     features_dir.mkdir()
     for name, table in tables.items():
         table.to_parquet(features_dir / f"{name}.parquet", index=False)
-    item_vector_table(data.items, vectors, inputs.encoder.row_of).to_parquet(
+    item_vector_table(data, vectors, inputs.encoder.row_of).to_parquet(
         out / "item_vectors.parquet", index=False
     )
-    (out / "popular.json").write_text(json.dumps(popular_lists(tables)))
+    data.catalogue.save(out)
+    (out / "popular.json").write_text(json.dumps(popular_lists(tables, data.item_attributes)))
     occupations = sorted(data.users["occupation"].unique())
     lists = onboarding_model.segment_lists(split.train, data.users, inputs.encoder, occupations)
     (out / segment.FILE).write_text(json.dumps(lists))

@@ -15,7 +15,7 @@ computed from the training period only, so nothing from the future leaks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ import pandas as pd
 
 from pipelines import movielens
 from recserve_data import ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
+from recserve_model.catalogue import CatalogueSchema
 
 RECENT_ITEMS = 20
 SEEN_ITEMS = 1000  # what the gateway excludes; the retriever's filter takes 1,000 ids
@@ -56,6 +57,32 @@ class MovieLens:
     fingerprint: str
     name: str = "ml100k"  # the dataset's short name: artifact versions start with it
     title: str = "MovieLens-100K (GroupLens)"
+    # The declared filterable item attributes, and each item's (payload form).
+    catalogue: CatalogueSchema = field(default_factory=lambda: CatalogueSchema({}))
+    item_attributes: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+def catalogue_of(data: Dataset) -> tuple[CatalogueSchema, dict[str, dict[str, object]]]:
+    """The filterable attributes the manifest declares for items, and every
+    item's values of them, as the retriever's payload holds them."""
+    declared = data.manifest.items.columns
+    schema = CatalogueSchema(
+        {name: column.type.value for name, column in declared.items() if column.filterable}
+    )
+    names = sorted(schema.attributes)
+    rows = data.items[["item_id", *names]].astype(object).itertuples(index=False, name=None)
+    values = {
+        str(row[0]): schema.stored({n: present(v) for n, v in zip(names, row[1:], strict=True)})
+        for row in rows
+    }
+    return schema, values
+
+
+def present(value: object) -> object:
+    """The value, or None for any of pandas' missing values."""
+    if isinstance(value, list | tuple | np.ndarray):
+        return list(value)
+    return None if pd.isna(value) else value  # type: ignore[call-overload]
 
 
 def shape_problems(data: Dataset) -> list[str]:
@@ -109,7 +136,10 @@ def movielens_frames(data: Dataset) -> MovieLens:
     users = data.users[["user_id", "age", "gender", "occupation"]].copy()
     users["age"] = users["age"].astype(np.int32)
     manifest = data.manifest
-    return MovieLens(interactions, items, users, data.fingerprint, manifest.name, manifest.title)
+    schema, values = catalogue_of(data)
+    return MovieLens(
+        interactions, items, users, data.fingerprint, manifest.name, manifest.title, schema, values
+    )
 
 
 def read_dataset(directory: Path) -> tuple[Report, MovieLens]:

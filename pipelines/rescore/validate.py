@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipelines import dataset
-from pipelines.build import popular_lists
+from pipelines.build import artifact_attributes, popular_lists
 from pipelines.rescore import gates, layout
 from pipelines.rescore.job import RunConfig
 
@@ -116,7 +116,8 @@ def validate(
         "item_profile": pd.read_parquet(catalog / "item_profile.parquet"),
         "item_stats": pd.read_parquet(catalog / "item_stats.parquet"),
     }
-    layout.write_json(run_dir / "popular.json", popular_lists(tables))
+    attributes = artifact_attributes(Path(config.artifact_dir))
+    layout.write_json(run_dir / "popular.json", popular_lists(tables, attributes))
     layout.write_json(run_dir / "report.json", report.as_dict())
     if console is not None:
         console.print(table(report))

@@ -18,6 +18,7 @@ from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as qpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit.tracing import outbound_metadata
+from recserve_model.catalogue import AttributeFilter
 from services.gateway.config import GatewaySettings
 from services.gateway.stages import STAGE_CHILDREN, Stages
 from services.gateway.user_vectors import UserVectors
@@ -36,6 +37,19 @@ class Ranked:
     scores: np.ndarray
     model_version: str
     affinity: np.ndarray | None = None  # each candidate's, when explained
+
+
+def search_filter(
+    categories: Sequence[str], exclude: Sequence[str], attributes: Sequence[AttributeFilter]
+) -> qpb.SearchFilter:
+    return qpb.SearchFilter(
+        categories=categories,
+        exclude_item_ids=exclude,
+        attributes=[
+            qpb.AttributeFilter(name=a.name, any_of=a.any_of, min=a.min, max=a.max)
+            for a in attributes
+        ],
+    )
 
 
 class Backends:
@@ -85,7 +99,12 @@ class Backends:
         return Embedded(reply.vector_f32, reply.model_version)
 
     async def search(
-        self, stages: Stages, vector_f32: bytes, categories: Sequence[str], exclude: Sequence[str]
+        self,
+        stages: Stages,
+        vector_f32: bytes,
+        categories: Sequence[str],
+        exclude: Sequence[str],
+        attributes: Sequence[AttributeFilter] = (),
     ) -> tuple[list[str], np.ndarray]:
         """Candidates for a user vector: ids and retrieval scores, in columns."""
         reply = await stages.run(
@@ -96,7 +115,7 @@ class Backends:
                 qpb.SearchRequest(
                     vector_f32=vector_f32,
                     k=self.settings.candidates,
-                    filter=qpb.SearchFilter(categories=categories, exclude_item_ids=exclude),
+                    filter=search_filter(categories, exclude, attributes),
                     columns=True,
                 ),
                 timeout=t,
@@ -112,6 +131,7 @@ class Backends:
         k: int,
         categories: Sequence[str],
         exclude: Sequence[str],
+        attributes: Sequence[AttributeFilter] = (),
     ) -> list[qpb.ScoredItem]:
         reply = await stages.run(
             "retrieve",
@@ -121,7 +141,7 @@ class Backends:
                 qpb.SimilarItemsRequest(
                     item_id=item_id,
                     k=k,
-                    filter=qpb.SearchFilter(categories=categories, exclude_item_ids=exclude),
+                    filter=search_filter(categories, exclude, attributes),
                 ),
                 timeout=t,
                 metadata=outbound_metadata(),

@@ -19,6 +19,7 @@ from prometheus_client import Counter
 
 from recserve.features.v1 import features_pb2 as fpb
 from recserve_kit import attributes as attr
+from recserve_model.catalogue import CatalogueSchema
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.popular import PopularItems
 from services.gateway.query import Answer, Explanation, Item, Query
@@ -50,6 +51,9 @@ class Catalogue:
 
     def categories(self) -> frozenset[str]:
         return self.descriptions.categories or frozenset(self.popular.by_category)
+
+    def schema(self) -> CatalogueSchema:
+        return self.popular.schema
 
     def item(self, item_id: str, score: float) -> Item:
         known = self.descriptions.get(item_id)
@@ -117,22 +121,20 @@ class Degrade:
         """The source's list, or None where it cannot answer this query."""
         if source == "PRECOMPUTED":
             personal = list(known.user.precomputed_item_ids) if known.user is not None else []
-            if not personal or query.categories or query.item_id:
+            if not personal or query.categories or query.item_id or query.attribute_filters:
                 return None
             ids = [i for i in personal if i not in exclude][: query.k]
             return [self.catalogue.item(i, 0.0) for i in ids]
         if source == "ATTRIBUTES":
             return self._for_attributes(query, exclude) or None
-        return [
-            Item(p.item_id, float(p.popularity), p.title, p.categories)
-            for p in self.popular.top(query.k, query.categories, exclude)
-        ]
+        found = self.popular.top(query.k, query.categories, exclude, query.attribute_filters)
+        return [Item(p.item_id, float(p.popularity), p.title, p.categories) for p in found]
 
     def _for_attributes(self, query: Query, exclude: set[str]) -> list[Item]:
         """A new user's list for their attributes, in the asked categories,
         topped up from the popular list when the filter leaves it short."""
-        if query.attributes is None or self.segments is None:
-            return []
+        if query.attributes is None or self.segments is None or query.attribute_filters:
+            return []  # (the segment lists know no item attributes: popular answers)
         ids = self.segments.items(query.attributes)
         wanted = set(query.categories)
         items: list[Item] = []

@@ -83,13 +83,13 @@ class Gateway:
     async def recommend(
         self, query: Query, caller_remaining_s: float | None, queued_s: float = 0.0
     ) -> Answer:
-        check_query(query, need_user=True, known_categories=self.catalogue.categories())
+        check_query(query, True, self.catalogue.categories(), self.catalogue.schema())
         return await self._admitted(query, caller_remaining_s, queued_s, self.flows.recommend)
 
     async def similar(
         self, query: Query, caller_remaining_s: float | None, queued_s: float = 0.0
     ) -> Answer:
-        check_query(query, need_user=False, known_categories=self.catalogue.categories())
+        check_query(query, False, self.catalogue.categories(), self.catalogue.schema())
         if not query.item_id:
             raise InvalidArgument("item_id", "is required")
         return await self._admitted(query, caller_remaining_s, queued_s, self.flows.similar)

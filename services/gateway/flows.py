@@ -41,7 +41,7 @@ class Flows:
             exclude = list(query.exclude_item_ids)
             exclude += seen[: max(0, RETRIEVER_EXCLUDE_LIMIT - len(exclude))]
             ids, scores = await self.backends.search(
-                stages, embedded.vector_f32, query.categories, exclude
+                stages, embedded.vector_f32, query.categories, exclude, query.attribute_filters
             )
         except StageFailed as failure:
             known = Known(user, seen)
@@ -66,7 +66,12 @@ class Flows:
             seen = list(user.seen_item_ids) if user.found else []
         depth = self.backends.settings.candidates if user is not None and user.found else query.k
         candidates = await self.backends.similar(
-            stages, query.item_id, depth, query.categories, query.exclude_item_ids
+            stages,
+            query.item_id,
+            depth,
+            query.categories,
+            query.exclude_item_ids,
+            query.attribute_filters,
         )
         blocked = {*query.exclude_item_ids, *seen}
         hits = [c for c in candidates if c.item_id not in blocked]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recserve_model import artifacts, published
+from recserve_model.catalogue import AttributeFilter, CatalogueSchema
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,10 @@ class PopularItem:
     popularity: int
     title: str
     categories: tuple[str, ...]
+    attributes: dict[str, object]  # filterable ones, as the retriever stores them
+
+    def passes(self, filters: Sequence[AttributeFilter]) -> bool:
+        return all(f.matches(self.attributes.get(f.name)) for f in filters)
 
 
 class PopularItems:
@@ -33,6 +38,8 @@ class PopularItems:
         self.all: list[PopularItem] = []
         self.by_category: dict[str, list[PopularItem]] = {}
         self.by_id: dict[str, PopularItem] = {}
+        # The current artifact's filterable attributes: what a filter may name.
+        self.schema = CatalogueSchema({})
 
     def _source(self) -> tuple[str, Path] | None:
         """(version, file) of the lists to serve: the live run's, else the artifact's."""
@@ -63,6 +70,7 @@ class PopularItems:
                     int(e["popularity"]),  # type: ignore[call-overload]
                     str(e["title"]),
                     tuple(e["categories"]),  # type: ignore[arg-type]
+                    dict(e.get("attributes") or {}),  # type: ignore[call-overload]
                 )
                 for e in entries
             ]
@@ -72,6 +80,8 @@ class PopularItems:
         lists = [self.all, *self.by_category.values()]
         self.by_id = {item.item_id: item for items in lists for item in items}
         self.version = version
+        root = artifacts.artifacts_root(self.data_dir)
+        self.schema = CatalogueSchema.load(root / (root / "CURRENT").read_text().strip())
         log.info("loaded popular lists", extra={"fields": {"source": version}})
         return True
 
@@ -84,8 +94,14 @@ class PopularItems:
         return bool(self.all)
 
     def top(
-        self, k: int, categories: Sequence[str] = (), exclude: Iterable[str] = ()
+        self,
+        k: int,
+        categories: Sequence[str] = (),
+        exclude: Iterable[str] = (),
+        attributes: Sequence[AttributeFilter] = (),
     ) -> list[PopularItem]:
+        """The k most popular that pass the filters: of the lists' top items
+        only, so a narrow attribute filter may leave fewer than k."""
         blocked = set(exclude)
         if categories:
             pool: dict[str, PopularItem] = {}
@@ -95,4 +111,5 @@ class PopularItems:
             ranked = sorted(pool.values(), key=lambda i: (-i.popularity, i.item_id))
         else:
             ranked = self.all
-        return [i for i in ranked if i.item_id not in blocked][:k]
+        passing = (i for i in ranked if i.item_id not in blocked and i.passes(attributes))
+        return [i for _, i in zip(range(k), passing, strict=False)]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.validation import check_id, check_ids
+from recserve_model.catalogue import MAX_FILTERS, NO_ATTRIBUTES, AttributeFilter, CatalogueSchema
 from services.gateway.segment_lists import GENDERS, MAX_AGE, Attributes
 
 MAX_K = 100
@@ -25,6 +26,7 @@ class Query:
     attributes: Attributes | None = None  # a new user's, for the segment list
     debug: bool = False  # stage timings and each item's explanation in the answer
     model_version: str = ""  # debug only: rank with this loaded version (a comparison)
+    attribute_filters: tuple[AttributeFilter, ...] = ()  # all must hold
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,12 @@ class Answer:
     source: str = ""  # a FallbackSource name without the prefix, e.g. "PRECOMPUTED"
 
 
-def check_query(query: Query, need_user: bool, known_categories: frozenset[str]) -> None:
+def check_query(
+    query: Query,
+    need_user: bool,
+    known_categories: frozenset[str],
+    schema: CatalogueSchema = NO_ATTRIBUTES,
+) -> None:
     if need_user and not query.user_id:
         raise InvalidArgument("user_id", "is required")
     if query.user_id:
@@ -75,9 +82,19 @@ def check_query(query: Query, need_user: bool, known_categories: frozenset[str])
     if len(query.exclude_item_ids) > MAX_FILTER_VALUES:
         raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} ids")
     check_ids(query.exclude_item_ids, "filter.exclude_item_ids")
+    check_attribute_filters(query.attribute_filters, schema)
     if query.model_version:
         check_id(query.model_version, "model_version")
     check_attributes(query.attributes)
+
+
+def check_attribute_filters(filters: tuple[AttributeFilter, ...], schema: CatalogueSchema) -> None:
+    if len(filters) > MAX_FILTERS:
+        raise InvalidArgument("filter.attributes", f"at most {MAX_FILTERS} conditions")
+    for n, condition in enumerate(filters):
+        problem = schema.filter_problem(condition)
+        if problem is not None:
+            raise InvalidArgument(f"filter.attributes[{n}].{problem[0]}", problem[1])
 
 
 def check_attributes(a: Attributes | None) -> None:

@@ -10,6 +10,7 @@ import grpc
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_kit.deadlines import remaining_s
+from recserve_model.catalogue import AttributeFilter
 from services.gateway.domain import Gateway
 from services.gateway.query import Answer, Explanation, Query
 from services.gateway.segment_lists import Attributes
@@ -69,6 +70,10 @@ def explanation(e: Explanation) -> pb.ItemExplanation:
     )
 
 
+def attribute_filters(message: pb.ItemFilter) -> tuple[AttributeFilter, ...]:
+    return tuple(AttributeFilter.from_message(a) for a in message.attributes)
+
+
 class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
@@ -88,6 +93,7 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             attributes=attributes,
             debug=request.debug,
             model_version=request.model_version if request.debug else "",
+            attribute_filters=attribute_filters(request.filter),
         )
         answer = await self.gateway.recommend(query, remaining_s(context), queued_s(context))
         reply = pb.RecommendResponse(request_id=request.request_id or uuid.uuid4().hex)
@@ -104,6 +110,7 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             tuple(request.filter.exclude_item_ids),
             item_id=request.item_id,
             debug=request.debug,
+            attribute_filters=attribute_filters(request.filter),
         )
         answer = await self.gateway.similar(query, remaining_s(context), queued_s(context))
         reply = pb.SimilarItemsResponse(request_id=request.request_id or uuid.uuid4().hex)

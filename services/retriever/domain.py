@@ -11,6 +11,7 @@ collection, and no acknowledged write is lost by the switch.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -25,14 +26,13 @@ import pyarrow.parquet as pq
 from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound
 from recserve_kit.validation import check_id
 from recserve_model import artifacts
+from recserve_model.catalogue import CatalogueSchema
+from services.retriever.checks import ItemInput, check_filter, check_item, check_vector
 from services.retriever.config import RetrieverSettings
 from services.retriever.store import ItemRecord, SearchFilter, StoreInfo, VectorStore
 
 log = logging.getLogger(__name__)
 
-# (item_id, vector, categories, active, title, year) as a caller sent it.
-RawItem = tuple[str, Sequence[float], Sequence[str], bool, str, int]
-MAX_FILTER_VALUES = 1000
 LOAD_BATCH = 2000
 
 
@@ -86,12 +86,13 @@ class Generations:
         last = str(self.state().get("generation", "g0000"))
         return f"g{int(last[1:]) + 1:04d}"
 
-    def publish(self, store: VectorStore, artifact_version: str) -> None:
+    def publish(self, store: VectorStore, artifact_version: str, schema: CatalogueSchema) -> None:
         self.publish_hook(store)
         state = {
             "generation": store.generation,
             "dimension": store.dimension,
             "artifact_version": artifact_version,
+            "filterable": dict(schema.attributes),
         }
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -99,8 +100,11 @@ class Generations:
 
 
 def read_items(path: Path) -> tuple[list[ItemRecord], int]:
+    """The artifact's items; ``attributes`` (JSON, already in payload form)
+    is absent from artifacts built before the catalogue schema."""
     table = pq.read_table(path).to_pydict()
     vectors = np.asarray(table["vector"], dtype=np.float32)
+    attributes = [json.loads(a) for a in table.get("attributes", [])] or [{}] * len(vectors)
     records = [
         ItemRecord(
             item_id=str(table["item_id"][i]),
@@ -109,36 +113,11 @@ def read_items(path: Path) -> tuple[list[ItemRecord], int]:
             active=bool(table["active"][i]),
             title=str(table["title"][i] or ""),
             year=int(table["year"][i] or 0),
+            attributes=attributes[i],
         )
         for i in range(len(vectors))
     ]
     return records, int(vectors.shape[1])
-
-
-def check_vector(values: Sequence[float] | bytes, dimension: int, field: str) -> np.ndarray:
-    """The vector as float32; ``values`` may be little-endian float32 bytes."""
-    if isinstance(values, bytes):
-        if len(values) != 4 * dimension:
-            raise InvalidArgument(
-                field, f"has {len(values)} bytes; the collection has {dimension} float32 values"
-            )
-        vector = np.frombuffer(values, dtype="<f4")
-    else:
-        vector = np.asarray(values, dtype=np.float32)
-    if len(vector) != dimension:
-        raise InvalidArgument(field, f"has {len(vector)} values; the collection has {dimension}")
-    if not np.isfinite(vector).all():
-        raise InvalidArgument(field, "contains NaN or infinity")
-    return vector
-
-
-def check_filter(flt: SearchFilter) -> None:
-    if len(flt.categories) > MAX_FILTER_VALUES:
-        raise InvalidArgument("filter.categories", f"at most {MAX_FILTER_VALUES} values")
-    if len(flt.exclude_item_ids) > MAX_FILTER_VALUES:
-        raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} values")
-    if any(not c for c in flt.categories):
-        raise InvalidArgument("filter.categories", "empty category")
 
 
 class Retriever:
@@ -146,6 +125,7 @@ class Retriever:
         self.settings = settings
         self.generations = generations
         self.current: VectorStore | None = None
+        self.schema = CatalogueSchema({})
         self.artifact_version = ""
         self._write_lock = asyncio.Lock()
         self._refresh_lock = asyncio.Lock()
@@ -159,6 +139,7 @@ class Retriever:
             return False
         self.current = self.generations.open(str(state["generation"]), int(str(state["dimension"])))
         self.artifact_version = str(state.get("artifact_version", ""))
+        self.schema = CatalogueSchema(dict(state.get("filterable", {})))  # type: ignore[call-overload]
         return True
 
     @property
@@ -179,15 +160,18 @@ class Retriever:
         if version == self.artifact_version and self.current is not None:
             return False
         directory = await asyncio.to_thread(artifacts.current, self.settings.data_dir)
-        await self.refresh(directory / "item_vectors.parquet", version)
+        schema = CatalogueSchema.load(directory)
+        await self.refresh(directory / "item_vectors.parquet", version, schema)
         return True
 
-    async def refresh(self, items_path: Path, artifact_version: str) -> str:
+    async def refresh(
+        self, items_path: Path, artifact_version: str, schema: CatalogueSchema
+    ) -> str:
         async with self._refresh_lock:
             name = self.generations.next_name()
             self._journal = []
             try:
-                store = await asyncio.to_thread(self._build, name, items_path)
+                store = await asyncio.to_thread(self._build, name, items_path, schema)
             except BaseException:
                 self._journal = None
                 raise
@@ -196,8 +180,9 @@ class Retriever:
                     write.apply(store)
                 self._journal = None
                 old, self.current = self.current, store
-                self.generations.publish(store, artifact_version)
+                self.generations.publish(store, artifact_version, schema)
                 self.artifact_version = artifact_version
+                self.schema = schema
             if old is not None:
                 old.close()
                 old.drop()
@@ -207,9 +192,10 @@ class Retriever:
             )
             return name
 
-    def _build(self, name: str, items_path: Path) -> VectorStore:
+    def _build(self, name: str, items_path: Path, schema: CatalogueSchema) -> VectorStore:
         records, dimension = read_items(items_path)
         store = self.generations.create(name, dimension)
+        store.index_attributes(schema)
         for start in range(0, len(records), LOAD_BATCH):
             store.upsert(records[start : start + LOAD_BATCH])
         store.build_index()
@@ -244,7 +230,7 @@ class Retriever:
         query = check_vector(vector, store.dimension, field)
         if not math.isfinite(float(np.linalg.norm(query))) or not query.any():
             raise InvalidArgument(field, "must not be all zeros")
-        check_filter(flt)
+        check_filter(flt, self.schema)
         k = self._k(k)
         return store.search(query, k, flt, self._ef(ef, k)), store.generation
 
@@ -252,15 +238,13 @@ class Retriever:
         self, item_id: str, k: int, flt: SearchFilter
     ) -> tuple[list[tuple[str, float]], str]:
         check_id(item_id, "item_id")
-        check_filter(flt)
+        check_filter(flt, self.schema)
         k = self._k(k)
         store = self._store()
         vector = store.vector_of(item_id)
         if vector is None:
             raise NotFound(f"item {item_id!r} is not in the collection")
-        without_self = SearchFilter(
-            flt.categories, (*flt.exclude_item_ids, item_id), flt.include_inactive
-        )
+        without_self = dataclasses.replace(flt, exclude_item_ids=(*flt.exclude_item_ids, item_id))
         return store.search(vector, k, without_self, self._ef(0, k)), store.generation
 
     def info(self) -> StoreInfo:
@@ -268,7 +252,7 @@ class Retriever:
 
     # -- writes --------------------------------------------------------------
 
-    def to_records(self, raw: Sequence[RawItem]) -> list[ItemRecord]:
+    def to_records(self, raw: Sequence[ItemInput]) -> list[ItemRecord]:
         """Checks a whole batch before anything of it is applied."""
         store = self._store()
         if not raw:
@@ -277,19 +261,13 @@ class Retriever:
             raise InvalidArgument("items", f"at most {self.settings.max_upsert_batch} per call")
         seen: dict[str, int] = {}
         records = []
-        for n, (item_id, vector, categories, active, title, year) in enumerate(raw):
-            check_id(item_id, f"items[{n}].item_id")
-            if item_id in seen:
-                raise InvalidArgument(f"items[{n}].item_id", f"duplicates items[{seen[item_id]}]")
-            seen[item_id] = n
-            checked = check_vector(vector, store.dimension, f"items[{n}].vector")
-            if any(not c or len(c) > 64 for c in categories):
+        for n, item in enumerate(raw):
+            if item.item_id in seen:
                 raise InvalidArgument(
-                    f"items[{n}].categories", "empty or longer than 64 characters"
+                    f"items[{n}].item_id", f"duplicates items[{seen[item.item_id]}]"
                 )
-            if not 0 <= year <= 3000:
-                raise InvalidArgument(f"items[{n}].year", "must be between 0 and 3000")
-            records.append(ItemRecord(item_id, checked, tuple(categories), active, title, year))
+            seen[item.item_id] = n
+            records.append(check_item(item, f"items[{n}]", store.dimension, self.schema))
         return records
 
     async def _write(self, write: Write) -> int:

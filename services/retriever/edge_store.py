@@ -10,11 +10,13 @@ from uuid import UUID
 import numpy as np
 import qdrant_edge as qe
 
+from recserve_model.catalogue import KEYWORD_KINDS, CatalogueSchema
 from services.retriever.store import (
     STATE_FIELD,
     ItemRecord,
     SearchFilter,
     StoreInfo,
+    attribute_key,
     point_id,
     soft_deleted_payload,
 )
@@ -33,6 +35,13 @@ def build_filter(flt: SearchFilter) -> qe.Filter | None:
         must.append(qe.FieldCondition(key=STATE_FIELD, match=qe.MatchValue("active")))
     if flt.categories:
         must.append(qe.FieldCondition(key="categories", match=qe.MatchAny(list(flt.categories))))
+    for condition in flt.attributes:
+        key = attribute_key(condition.name)
+        if condition.any_of:
+            must.append(qe.FieldCondition(key=key, match=qe.MatchAny(list(condition.any_of))))
+        else:
+            bounds = qe.RangeFloat(gte=condition.min, lte=condition.max)
+            must.append(qe.FieldCondition(key=key, range=bounds))
     if flt.exclude_item_ids:
         must_not.append(qe.HasIdCondition({point_id(i) for i in flt.exclude_item_ids}))
     if not must and not must_not:
@@ -70,6 +79,15 @@ class EdgeStore:
             qe.UpdateOperation.create_field_index("categories", qe.PayloadSchemaType.Keyword)
         )
         return cls(path, shard, generation, dimension)
+
+    def index_attributes(self, schema: CatalogueSchema) -> None:
+        for name, kind in schema.attributes.items():
+            field_type = qe.PayloadSchemaType.Keyword
+            if kind not in KEYWORD_KINDS:
+                field_type = qe.PayloadSchemaType.Float
+            self.shard.update(
+                qe.UpdateOperation.create_field_index(attribute_key(name), field_type)
+            )
 
     @classmethod
     def open(cls, path: Path, generation: str, dimension: int) -> EdgeStore:

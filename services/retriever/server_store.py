@@ -16,11 +16,13 @@ import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.models import ExtendedPointId
 
+from recserve_model.catalogue import KEYWORD_KINDS, CatalogueSchema
 from services.retriever.store import (
     STATE_FIELD,
     ItemRecord,
     SearchFilter,
     StoreInfo,
+    attribute_key,
     point_id,
     soft_deleted_payload,
 )
@@ -35,6 +37,14 @@ def build_filter(flt: SearchFilter) -> models.Filter | None:
         must.append(
             models.FieldCondition(key="categories", match=models.MatchAny(any=list(flt.categories)))
         )
+    for condition in flt.attributes:
+        key = attribute_key(condition.name)
+        if condition.any_of:
+            match = models.MatchAny(any=list(condition.any_of))
+            must.append(models.FieldCondition(key=key, match=match))
+        else:
+            bounds = models.Range(gte=condition.min, lte=condition.max)
+            must.append(models.FieldCondition(key=key, range=bounds))
     if flt.exclude_item_ids:
         must_not.append(models.HasIdCondition(has_id=[point_id(i) for i in flt.exclude_item_ids]))
     if not must and not must_not:
@@ -75,6 +85,13 @@ class ServerStore:
         client.create_payload_index(collection, STATE_FIELD, models.PayloadSchemaType.KEYWORD)
         client.create_payload_index(collection, "categories", models.PayloadSchemaType.KEYWORD)
         return cls(client, collection, generation, dimension)
+
+    def index_attributes(self, schema: CatalogueSchema) -> None:
+        for name, kind in schema.attributes.items():
+            field_type = models.PayloadSchemaType.KEYWORD
+            if kind not in KEYWORD_KINDS:
+                field_type = models.PayloadSchemaType.FLOAT
+            self.client.create_payload_index(self.collection, attribute_key(name), field_type)
 
     def search(
         self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int

@@ -8,13 +8,32 @@ import numpy as np
 from recserve.retriever.v1 import retriever_pb2 as pb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit.errors import InvalidArgument
+from recserve_model.catalogue import AttributeFilter
+from services.retriever.checks import ItemInput
 from services.retriever.domain import Retriever
 from services.retriever.store import SearchFilter
 
 
 def to_filter(message: pb.SearchFilter) -> SearchFilter:
     return SearchFilter(
-        tuple(message.categories), tuple(message.exclude_item_ids), message.include_inactive
+        tuple(message.categories),
+        tuple(message.exclude_item_ids),
+        message.include_inactive,
+        tuple(AttributeFilter.from_message(a) for a in message.attributes),
+    )
+
+
+def attribute_value(value: pb.AttributeValue) -> object:
+    kind = value.WhichOneof("value")
+    if kind == "tags":
+        return list(value.tags.values)
+    return None if kind is None else getattr(value, kind)
+
+
+def to_input(item: pb.Item) -> ItemInput:
+    attributes = {name: attribute_value(v) for name, v in item.attributes.items()}
+    return ItemInput(
+        item.item_id, item.vector, item.categories, item.active, item.title, item.year, attributes
     )
 
 
@@ -56,9 +75,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
     async def UpsertItems(
         self, request: pb.UpsertItemsRequest, context: grpc.aio.ServicerContext
     ) -> pb.UpsertItemsResponse:
-        records = self.retriever.to_records(
-            [(i.item_id, i.vector, i.categories, i.active, i.title, i.year) for i in request.items]
-        )
+        records = self.retriever.to_records([to_input(i) for i in request.items])
         return pb.UpsertItemsResponse(upserted=await self.retriever.upsert(records))
 
     async def DeleteItems(
@@ -82,4 +99,5 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
             index_state=state,
             generation=info.generation,
             backend=info.backend,
+            filterable_attributes=dict(self.retriever.schema.attributes),
         )

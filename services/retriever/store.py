@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from recserve_kit.validation import is_decimal
+from recserve_model.catalogue import PAYLOAD_KEY, AttributeFilter, CatalogueSchema
 
 MAX_NUMERIC_ID = (1 << 63) - 1
 
@@ -48,6 +49,8 @@ class ItemRecord:
     active: bool = True
     title: str = ""
     year: int = 0
+    # Filterable attributes as the payload stores them (CatalogueSchema.stored).
+    attributes: dict[str, object] = field(default_factory=dict)
 
     def payload(self) -> dict[str, object]:
         return {
@@ -57,6 +60,7 @@ class ItemRecord:
             "state": state_of(self.active),
             "title": self.title,
             "year": self.year,
+            PAYLOAD_KEY: self.attributes,
         }
 
 
@@ -65,6 +69,11 @@ class SearchFilter:
     categories: tuple[str, ...] = ()
     exclude_item_ids: tuple[str, ...] = ()
     include_inactive: bool = False
+    attributes: tuple[AttributeFilter, ...] = ()
+
+
+def attribute_key(name: str) -> str:
+    return f"{PAYLOAD_KEY}.{name}"
 
 
 @dataclass
@@ -96,6 +105,9 @@ class VectorStore(Protocol):
     def hard_delete(self, item_ids: Sequence[str]) -> int: ...
 
     def build_index(self) -> None: ...
+
+    def index_attributes(self, schema: CatalogueSchema) -> None:
+        """A payload index for every filterable attribute."""
 
     def info(self) -> StoreInfo: ...
 

@@ -8,8 +8,16 @@ import os
 import signal
 import time
 
+import pandas as pd
 import pytest
-from recserve_client import AsyncRecserveClient, InvalidRequest, NotFound, RecserveClient
+from recserve_client import (
+    AsyncRecserveClient,
+    AttributeCondition,
+    InvalidRequest,
+    ItemFilter,
+    NotFound,
+    RecserveClient,
+)
 
 from tests.clients.conftest import envoy_counters, frozen, full_answer
 from tests.helpers import poll_until
@@ -30,6 +38,18 @@ def test_answers_are_typed(client):
     cold = client.recommend("client-new-user", k=5)
     assert cold.degraded and cold.degraded_reason == "COLD_START"
     assert cold.fallback_source == "POPULAR"
+
+
+def test_an_attribute_filter_is_applied_and_a_bad_one_named(client, built):
+    items = pd.read_parquet(built.directory / "item_vectors.parquet")
+    year_of = dict(zip(items["item_id"], items["year"], strict=True))
+    nineties = ItemFilter(attributes=[AttributeCondition("year", min=1990, max=1995)])
+    answer = full_answer(client, "42", k=10, item_filter=nineties)
+    assert len(answer.items) == 10
+    assert all(1990 <= year_of[i.item_id] <= 1995 for i in answer.items)
+    with pytest.raises(InvalidRequest) as raised:
+        client.recommend("42", item_filter=ItemFilter(attributes=[AttributeCondition("brand")]))
+    assert raised.value.field == "filter.attributes[0].name"
 
 
 def test_debug_answers_explain_each_item(client):

@@ -15,6 +15,7 @@ import pytest
 
 from recserve.retriever.v1 import retriever_pb2 as pb
 from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_model.catalogue import CatalogueSchema
 from recserve_stack.probes import grpc_serving
 from services.retriever.config import RetrieverSettings
 from services.retriever.server import create_server
@@ -245,7 +246,8 @@ async def test_bulk_refresh_under_concurrent_searches_causes_no_error(retriever,
     loops = [asyncio.create_task(search_loop(s)) for s in range(4)] + [
         asyncio.create_task(upsert_loop())
     ]
-    await service.domain.refresh(built.directory / "item_vectors.parquet", built.version)
+    schema = CatalogueSchema.load(built.directory)
+    await service.domain.refresh(built.directory / "item_vectors.parquet", built.version, schema)
     stop.set()
     await asyncio.gather(*loops)
     info = await stub.GetInfo(pb.GetInfoRequest())

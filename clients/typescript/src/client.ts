@@ -19,10 +19,22 @@ import {
 import { recommendations, type Recommendations, type UserAttributes } from "./results.js";
 import { retryInterceptor } from "./retry.js";
 
+/** One condition on a filterable attribute the catalogue declares: `anyOf`
+ * for a categorical, tags or boolean one ("true"/"false"), `min`/`max`
+ * (inclusive) for a numeric one. */
+export interface AttributeCondition {
+  name: string;
+  anyOf?: string[];
+  min?: number;
+  max?: number;
+}
+
 export interface CallOptions {
   k?: number;
   categories?: string[];
   excludeItemIds?: string[];
+  /** Conditions on item attributes; all must hold. */
+  attributeFilters?: AttributeCondition[];
   debug?: boolean;
   requestId?: string;
   /** This call's deadline, retries included (default: the client's). */
@@ -95,7 +107,7 @@ export class RecserveClient {
       requestId: options.requestId ?? "",
       userId,
       k: options.k ?? 10,
-      filter: { categories: options.categories ?? [], excludeItemIds: options.excludeItemIds ?? [] },
+      filter: itemFilter(options),
       debug: options.debug ?? false,
       attributes: options.attributes,
     });
@@ -112,7 +124,7 @@ export class RecserveClient {
       requestId: options.requestId ?? "",
       itemId,
       k: options.k ?? 10,
-      filter: { categories: options.categories ?? [], excludeItemIds: options.excludeItemIds ?? [] },
+      filter: itemFilter(options),
       userId: options.userId ?? "",
       debug: options.debug ?? false,
     });
@@ -127,4 +139,17 @@ export class RecserveClient {
   close(): void {
     this.session.abort();
   }
+}
+
+function itemFilter(options: CallOptions) {
+  return {
+    categories: options.categories ?? [],
+    excludeItemIds: options.excludeItemIds ?? [],
+    attributes: (options.attributeFilters ?? []).map((c) => ({
+      name: c.name,
+      anyOf: c.anyOf ?? [],
+      min: c.min,
+      max: c.max,
+    })),
+  };
 }

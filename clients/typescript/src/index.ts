@@ -1,5 +1,10 @@
 export { RecserveClient } from "./client.js";
-export type { CallOptions, RecommendOptions, SimilarOptions } from "./client.js";
+export type {
+  AttributeCondition,
+  CallOptions,
+  RecommendOptions,
+  SimilarOptions,
+} from "./client.js";
 export {
   DeadlineExceededError,
   InvalidRequestError,

@@ -62,3 +62,21 @@ test("a bad request raises at once, unretried", { skip }, async () => {
   assert.ok(Date.now() - started < 500, `took ${Date.now() - started} ms`);
   assert.deepEqual(attempts, ["Recommend", "SimilarItems"]);
 });
+
+test("attribute filters reach the server; a bad one names its field", { skip }, async () => {
+  const plain = await client.similarItems("1", { k: 10 });
+  const old = await client.similarItems("1", { k: 10, attributeFilters: [{ name: "year", max: 1960 }] });
+  assert.equal(old.items.length, 10);
+  assert.notDeepEqual(
+    old.items.map((i) => i.itemId),
+    plain.items.map((i) => i.itemId),
+  );
+  await assert.rejects(
+    client.recommend("42", { attributeFilters: [{ name: "brand", anyOf: ["acme"] }] }),
+    (error: unknown) => {
+      assert.ok(error instanceof InvalidRequestError);
+      assert.equal(error.field, "filter.attributes[0].name");
+      return true;
+    },
+  );
+});

@@ -20,6 +20,7 @@ from recserve_client.errors import (
 )
 from recserve_client.options import READ_METHODS, ClientOptions, RetryPolicy, TlsOptions
 from recserve_client.results import (
+    AttributeCondition,
     Explanation,
     Item,
     ItemFilter,
@@ -32,6 +33,7 @@ __all__ = [
     "DEFAULT_TARGET",
     "READ_METHODS",
     "AsyncRecserveClient",
+    "AttributeCondition",
     "ClientOptions",
     "DeadlineExceeded",
     "Explanation",

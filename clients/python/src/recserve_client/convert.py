@@ -20,10 +20,17 @@ from recserve_client.results import (
 def _filter(
     categories: Sequence[str], exclude_item_ids: Sequence[str], item_filter: ItemFilter | None
 ) -> pb.ItemFilter:
+    conditions = []
     if item_filter is not None:
         categories = [*item_filter.categories, *categories]
         exclude_item_ids = [*item_filter.exclude_item_ids, *exclude_item_ids]
-    return pb.ItemFilter(categories=list(categories), exclude_item_ids=list(exclude_item_ids))
+        conditions = [
+            pb.AttributeFilter(name=c.name, any_of=list(c.any_of), min=c.min, max=c.max)
+            for c in item_filter.attributes
+        ]
+    return pb.ItemFilter(
+        categories=list(categories), exclude_item_ids=list(exclude_item_ids), attributes=conditions
+    )
 
 
 def recommend_request(

@@ -8,11 +8,25 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class AttributeCondition:
+    """One condition on a filterable attribute the catalogue declares:
+    ``any_of`` for a categorical, tags or boolean one ("true"/"false"),
+    ``min``/``max`` (inclusive) for a numeric one."""
+
+    name: str
+    any_of: Sequence[str] = ()
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True)
 class ItemFilter:
-    """Any-of categories (empty: every category) and ids never to return."""
+    """Any-of categories (empty: every category), ids never to return, and
+    conditions on attributes (all must hold)."""
 
     categories: Sequence[str] = ()
     exclude_item_ids: Sequence[str] = ()
+    attributes: Sequence[AttributeCondition] = ()
 
 
 @dataclass(frozen=True)

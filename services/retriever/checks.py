@@ -1,0 +1,92 @@
+"""What the retriever checks at its edge: vectors, filters and items, each
+refused as INVALID_ARGUMENT naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from recserve_kit.errors import InvalidArgument
+from recserve_kit.validation import check_id
+from recserve_model.catalogue import MAX_FILTERS, CatalogueSchema
+from services.retriever.store import ItemRecord, SearchFilter
+
+MAX_FILTER_VALUES = 1000
+
+
+@dataclass(frozen=True)
+class ItemInput:
+    """An item as a caller sent it to UpsertItems."""
+
+    item_id: str
+    vector: Sequence[float]
+    categories: Sequence[str] = ()
+    active: bool = True
+    title: str = ""
+    year: int = 0
+    attributes: Mapping[str, object] = field(default_factory=dict)
+
+
+def check_vector(values: Sequence[float] | bytes, dimension: int, field: str) -> np.ndarray:
+    """The vector as float32; ``values`` may be little-endian float32 bytes."""
+    if isinstance(values, bytes):
+        if len(values) != 4 * dimension:
+            raise InvalidArgument(
+                field, f"has {len(values)} bytes; the collection has {dimension} float32 values"
+            )
+        vector = np.frombuffer(values, dtype="<f4")
+    else:
+        vector = np.asarray(values, dtype=np.float32)
+    if len(vector) != dimension:
+        raise InvalidArgument(field, f"has {len(vector)} values; the collection has {dimension}")
+    if not np.isfinite(vector).all():
+        raise InvalidArgument(field, "contains NaN or infinity")
+    return vector
+
+
+def check_filter(flt: SearchFilter, schema: CatalogueSchema) -> None:
+    if len(flt.categories) > MAX_FILTER_VALUES:
+        raise InvalidArgument("filter.categories", f"at most {MAX_FILTER_VALUES} values")
+    if len(flt.exclude_item_ids) > MAX_FILTER_VALUES:
+        raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} values")
+    if any(not c for c in flt.categories):
+        raise InvalidArgument("filter.categories", "empty category")
+    if len(flt.attributes) > MAX_FILTERS:
+        raise InvalidArgument("filter.attributes", f"at most {MAX_FILTERS} conditions")
+    for n, condition in enumerate(flt.attributes):
+        problem = schema.filter_problem(condition)
+        if problem is not None:
+            raise InvalidArgument(f"filter.attributes[{n}].{problem[0]}", problem[1])
+
+
+def check_item(item: ItemInput, field: str, dimension: int, schema: CatalogueSchema) -> ItemRecord:
+    check_id(item.item_id, f"{field}.item_id")
+    vector = check_vector(item.vector, dimension, f"{field}.vector")
+    if any(not c or len(c) > 64 for c in item.categories):
+        raise InvalidArgument(f"{field}.categories", "empty or longer than 64 characters")
+    if not 0 <= item.year <= 3000:
+        raise InvalidArgument(f"{field}.year", "must be between 0 and 3000")
+    attributes = {}
+    for name, value in item.attributes.items():
+        if name not in schema.attributes:
+            raise InvalidArgument(
+                f"{field}.attributes[{name!r}]",
+                f"is not a filterable attribute (filterable: {schema.describe()})",
+            )
+        try:
+            stored = schema.stored_value(name, value)
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"{field}.attributes[{name!r}]", str(exc)) from None
+        if stored is not None:
+            attributes[name] = stored
+    return ItemRecord(
+        item.item_id,
+        vector,
+        tuple(item.categories),
+        item.active,
+        item.title,
+        item.year,
+        attributes,
+    )
