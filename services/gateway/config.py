@@ -77,6 +77,17 @@ class GatewaySettings(ServiceSettings):
         "queue, not the stages, is where the time goes.",
     )
     fallback_refresh_s: float = Field(5.0, ge=0, description="How often to reload popular lists.")
+    impressions: bool = Field(
+        True,
+        description="Record what each answer showed (its impression) under "
+        "data_dir/events/impressions, off the request path.",
+    )
+    impression_queue: int = Field(
+        100_000,
+        ge=1,
+        description="Impressions held in memory for the log writer; past it they are "
+        "dropped and counted (recserve_gateway_impressions_total{outcome=dropped}).",
+    )
 
     @model_validator(mode="after")
     def stages_fit_budget(self) -> GatewaySettings:

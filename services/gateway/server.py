@@ -15,11 +15,13 @@ from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit import transport
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
+from recserve_kit.jsonl_log import JsonlLog
 from recserve_kit.server import Registration, Service, build_server
 from recserve_model.artifacts import ArtifactError
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.domain import Gateway
+from services.gateway.impressions import Impressions, RolloutArms
 from services.gateway.popular import PopularItems
 from services.gateway.segment_lists import SegmentLists
 from services.gateway.servicer import GatewayServicer
@@ -97,8 +99,16 @@ async def create_server(settings: GatewaySettings) -> Service:
         DependencyProbe(name, functools.partial(backend_serving, channel), 1.0, required=False)
         for name, channel in channels.items()
     ]
+    impressions = Impressions(
+        JsonlLog(settings.data_dir / "events" / "impressions", settings.impression_queue)
+        if settings.impressions
+        else None,
+        RolloutArms(settings.data_dir),
+    )
+    impressions.arms.reload()
+    servicer = GatewayServicer(gateway, impressions)
     service = build_server(
-        "gateway", settings, [Registration(GatewayServicer(gateway), SERVICE_NAME)], probes=probes
+        "gateway", settings, [Registration(servicer, SERVICE_NAME)], probes=probes
     )
 
     async def reload_lists() -> None:
@@ -106,6 +116,7 @@ async def create_server(settings: GatewaySettings) -> Service:
             await asyncio.sleep(settings.fallback_refresh_s)
             try:
                 popular.reload()
+                impressions.arms.reload()
                 if segments is not None:
                     segments.reload()
             except (OSError, ValueError, KeyError, ArtifactError) as exc:
@@ -114,6 +125,7 @@ async def create_server(settings: GatewaySettings) -> Service:
     async def close_channels() -> None:
         for channel in channels.values():
             await channel.close()
+        impressions.close()  # what is queued is written
 
     service.run_in_background(reload_lists)
     service.run_in_background(watch.run)

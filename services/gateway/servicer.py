@@ -12,6 +12,7 @@ from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_kit.deadlines import remaining_s
 from recserve_model.catalogue import AttributeFilter
 from services.gateway.domain import Gateway
+from services.gateway.impressions import Impressions, check_surface, new_recommendation_id
 from services.gateway.query import Answer, Explanation, Query
 from services.gateway.segment_lists import Attributes
 
@@ -75,8 +76,9 @@ def attribute_filters(message: pb.ItemFilter) -> tuple[AttributeFilter, ...]:
 
 
 class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, impressions: Impressions) -> None:
         self.gateway = gateway
+        self.impressions = impressions
 
     async def Recommend(
         self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext
@@ -95,9 +97,14 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             model_version=request.model_version if request.debug else "",
             attribute_filters=attribute_filters(request.filter),
         )
+        surface = check_surface(request.surface)
         answer = await self.gateway.recommend(query, remaining_s(context), queued_s(context))
-        reply = pb.RecommendResponse(request_id=request.request_id or uuid.uuid4().hex)
+        reply = pb.RecommendResponse(
+            request_id=request.request_id or uuid.uuid4().hex,
+            recommendation_id=new_recommendation_id(),
+        )
         fill(reply, answer, request.debug)
+        self.impressions.record(reply.recommendation_id, "recommend", query, answer, surface)
         return reply
 
     async def SimilarItems(
@@ -112,7 +119,12 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
             debug=request.debug,
             attribute_filters=attribute_filters(request.filter),
         )
+        surface = check_surface(request.surface)
         answer = await self.gateway.similar(query, remaining_s(context), queued_s(context))
-        reply = pb.SimilarItemsResponse(request_id=request.request_id or uuid.uuid4().hex)
+        reply = pb.SimilarItemsResponse(
+            request_id=request.request_id or uuid.uuid4().hex,
+            recommendation_id=new_recommendation_id(),
+        )
         fill(reply, answer, request.debug)
+        self.impressions.record(reply.recommendation_id, "similar", query, answer, surface)
         return reply

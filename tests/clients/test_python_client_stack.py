@@ -33,8 +33,10 @@ def test_answers_are_typed(client):
     assert scores == sorted(scores, reverse=True)
     assert all(i.title and i.categories for i in answer.items)
     assert {t.stage for t in answer.stage_timings} >= {"features", "retrieve", "rank"}
-    similar = client.similar_items("1", k=5)
+    assert answer.recommendation_id and len(answer.recommendation_id) == 32
+    similar = client.similar_items("1", k=5, surface="item-page")
     assert len(similar.items) == 5 and "1" not in similar.item_ids
+    assert similar.recommendation_id not in (None, answer.recommendation_id)
     cold = client.recommend("client-new-user", k=5)
     assert cold.degraded and cold.degraded_reason == "COLD_START"
     assert cold.fallback_source == "POPULAR"

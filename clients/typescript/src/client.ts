@@ -35,6 +35,8 @@ export interface CallOptions {
   excludeItemIds?: string[];
   /** Conditions on item attributes; all must hold. */
   attributeFilters?: AttributeCondition[];
+  /** Where the list is shown ("home", "cart"), recorded with its impression. */
+  surface?: string;
   debug?: boolean;
   requestId?: string;
   /** This call's deadline, retries included (default: the client's). */
@@ -110,6 +112,7 @@ export class RecserveClient {
       filter: itemFilter(options),
       debug: options.debug ?? false,
       attributes: options.attributes,
+      surface: options.surface ?? "",
     });
     try {
       return recommendations(await this.client.recommend(request, this.call(options)));
@@ -127,6 +130,7 @@ export class RecserveClient {
       filter: itemFilter(options),
       userId: options.userId ?? "",
       debug: options.debug ?? false,
+      surface: options.surface ?? "",
     });
     try {
       return recommendations(await this.client.similarItems(request, this.call(options)));

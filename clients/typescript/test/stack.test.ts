@@ -26,6 +26,7 @@ test("a user's list: sorted, titled, timed", { skip }, async () => {
   assert.deepEqual(scores, [...scores].sort((a, b) => b - a));
   assert.ok(answer.items.every((i) => i.title && i.categories.length));
   assert.ok(answer.modelVersion && answer.requestId);
+  assert.match(answer.recommendationId ?? "", /^[0-9a-f]{32}$/);
   assert.ok(answer.stageTimings.some((t) => t.stage === "rank"));
 });
 

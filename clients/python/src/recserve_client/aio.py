@@ -54,6 +54,7 @@ class AsyncRecserveClient:
         request_id: str = "",
         timeout_s: float | None = None,
         model_version: str = "",
+        surface: str = "",
     ) -> Recommendations:
         request = convert.recommend_request(
             user_id,
@@ -65,6 +66,7 @@ class AsyncRecserveClient:
             debug=debug,
             request_id=request_id,
             model_version=model_version,
+            surface=surface,
         )
         return await self._call(self._stub.Recommend, request, timeout_s)
 
@@ -80,6 +82,7 @@ class AsyncRecserveClient:
         debug: bool = False,
         request_id: str = "",
         timeout_s: float | None = None,
+        surface: str = "",
     ) -> Recommendations:
         request = convert.similar_request(
             item_id,
@@ -90,6 +93,7 @@ class AsyncRecserveClient:
             item_filter=item_filter,
             debug=debug,
             request_id=request_id,
+            surface=surface,
         )
         return await self._call(self._stub.SimilarItems, request, timeout_s)
 

@@ -60,6 +60,7 @@ class RecserveClient:
         request_id: str = "",
         timeout_s: float | None = None,
         model_version: str = "",
+        surface: str = "",
     ) -> Recommendations:
         """The top ``k`` items for a user, best first."""
         request = convert.recommend_request(
@@ -72,6 +73,7 @@ class RecserveClient:
             debug=debug,
             request_id=request_id,
             model_version=model_version,
+            surface=surface,
         )
         return self._call(self._stub.Recommend, request, timeout_s)
 
@@ -87,6 +89,7 @@ class RecserveClient:
         debug: bool = False,
         request_id: str = "",
         timeout_s: float | None = None,
+        surface: str = "",
     ) -> Recommendations:
         """Items similar to ``item_id``; ranked for ``user_id`` when given."""
         request = convert.similar_request(
@@ -98,6 +101,7 @@ class RecserveClient:
             item_filter=item_filter,
             debug=debug,
             request_id=request_id,
+            surface=surface,
         )
         return self._call(self._stub.SimilarItems, request, timeout_s)
 

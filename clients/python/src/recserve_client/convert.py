@@ -44,8 +44,10 @@ def recommend_request(
     debug: bool = False,
     request_id: str = "",
     model_version: str = "",
+    surface: str = "",
 ) -> pb.RecommendRequest:
     request = pb.RecommendRequest(
+        surface=surface,
         request_id=request_id,
         user_id=user_id,
         k=k,
@@ -72,8 +74,10 @@ def similar_request(
     item_filter: ItemFilter | None = None,
     debug: bool = False,
     request_id: str = "",
+    surface: str = "",
 ) -> pb.SimilarItemsRequest:
     return pb.SimilarItemsRequest(
+        surface=surface,
         request_id=request_id,
         item_id=item_id,
         k=k,

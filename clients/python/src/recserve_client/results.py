@@ -74,9 +74,9 @@ class Recommendations:
     A degraded answer is still an answer: ``degraded_reason`` names the
     stage and failure ("RETRIEVER_TIMEOUT"), ``fallback_source`` where its
     items came from ("POPULAR"; Recommend only). ``recommendation_id`` is
-    the id to report outcomes against once the service issues one (None
-    until then); ``raw`` is the reply message itself, for fields newer than
-    this class."""
+    the id the stack recorded the answer under (its impression), to report
+    outcomes against (None from a server older than it); ``raw`` is the
+    reply message itself, for fields newer than this class."""
 
     request_id: str
     items: tuple[Item, ...]

@@ -1,0 +1,123 @@
+"""An append-only log of JSON Lines written off the request path.
+
+``append`` puts a record on a bounded in-memory queue and returns at once;
+a writer thread drains it to ``<directory>/<UTC date>/<hour>-<writer>.jsonl``
+every ``flush_s``, fsyncs, and starts a new file each hour or past
+``max_bytes`` (``...-<n>.jsonl``). One writer per process (its host name and
+pid name its files), so replicas never share a file and nothing needs a
+lock across processes. Readers take every ``*.jsonl`` below the directory;
+a line is whole or absent (a torn last line after a crash is skipped by
+``read_records``).
+
+What is lost: records still queued when the process is killed (at most
+``flush_s`` of them), and those refused when the queue is full (counted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class JsonlLog:
+    def __init__(
+        self,
+        directory: Path,
+        max_queue: int = 100_000,
+        flush_s: float = 0.2,
+        max_bytes: int = 64 << 20,
+    ) -> None:
+        self.directory = directory
+        self.max_queue = max_queue
+        self.flush_s = flush_s
+        self.max_bytes = max_bytes
+        self.writer = f"{socket.gethostname()}-{os.getpid()}"
+        self.queue: deque[dict[str, Any]] = deque()
+        self.written = 0
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jsonl-log", daemon=True)
+        self._file: Any = None
+        self._path: Path | None = None
+        self._part = 0
+        self._thread.start()
+
+    def append(self, record: dict[str, Any]) -> bool:
+        """Queued for writing; False (and counted) when the queue is full."""
+        if len(self.queue) >= self.max_queue:
+            self.dropped += 1
+            return False
+        self.queue.append(record)
+        return True
+
+    def _target(self, now: float) -> Path:
+        day = time.strftime("%Y-%m-%d", time.gmtime(now))
+        hour = time.strftime("%H", time.gmtime(now))
+        suffix = f"-{self._part}" if self._part else ""
+        return self.directory / day / f"{hour}-{self.writer}{suffix}.jsonl"
+
+    def _open(self, now: float) -> Any:
+        target = self._target(now)
+        if self._file is not None and target == self._path and self._file.tell() < self.max_bytes:
+            return self._file
+        if self._file is not None:
+            self._file.close()
+            if target == self._path:  # the same hour, past max_bytes: the next part
+                self._part += 1
+                target = self._target(now)
+            else:
+                self._part = 0
+                target = self._target(now)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._file = target.open("a", encoding="utf-8")
+        self._path = target
+        return self._file
+
+    def flush(self) -> None:
+        """Writes and fsyncs what is queued (the writer thread calls it)."""
+        if not self.queue:
+            return
+        out = self._open(time.time())
+        lines = []
+        while self.queue:
+            lines.append(json.dumps(self.queue.popleft(), separators=(",", ":")))
+        out.write("\n".join(lines) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+        self.written += len(lines)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_s):
+            try:
+                self.flush()
+            except OSError:
+                log.exception("could not write the log under %s; will retry", self.directory)
+
+    def close(self) -> None:
+        """Stops the writer after writing what is queued."""
+        self._stop.set()
+        self._thread.join()
+        self.flush()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_records(directory: Path) -> Iterator[dict[str, Any]]:
+    """Every whole record below ``directory``, file by file in name order."""
+    for path in sorted(directory.rglob("*.jsonl")):
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                if not line.endswith("\n"):
+                    break  # torn by a crash mid-write
+                yield json.loads(line)
