@@ -45,6 +45,7 @@ class JsonlLog:
         self.queue: deque[dict[str, Any]] = deque()
         self.written = 0
         self.dropped = 0
+        self.failed_flushes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jsonl-log", daemon=True)
         self._file: Any = None
@@ -97,11 +98,16 @@ class JsonlLog:
         self.written += len(lines)
 
     def _run(self) -> None:
+        complained = 0.0
         while not self._stop.wait(self.flush_s):
             try:
                 self.flush()
-            except OSError:
-                log.exception("could not write the log under %s; will retry", self.directory)
+            except OSError as exc:
+                self.failed_flushes += 1
+                # Kept queued and retried; said once a minute, not every flush.
+                if time.monotonic() - complained > 60:
+                    complained = time.monotonic()
+                    log.error("cannot write the log under %s (%s); retrying", self.directory, exc)
 
     def close(self) -> None:
         """Stops the writer after writing what is queued."""

@@ -49,3 +49,14 @@ def test_a_torn_last_line_is_skipped(tmp_path):
     day.mkdir()
     (day / "00-host-1.jsonl").write_text(json.dumps({"n": 1}) + "\n" + '{"n": 2, "ite')
     assert list(read_records(tmp_path)) == [{"n": 1}]
+
+
+def test_an_unwritable_directory_keeps_records_queued_and_the_writer_alive(tmp_path):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    log = JsonlLog(blocked, flush_s=0.01)
+    log.append({"n": 1})
+    poll_until(lambda: log.failed_flushes >= 3 or None, 10, 0.01, "three failed flushes")
+    assert log._thread.is_alive() and len(log.queue) == 1 and log.written == 0
+    log._stop.set()
+    log._thread.join()
