@@ -23,7 +23,7 @@ import pandas as pd
 
 from pipelines import movielens
 from recserve_data import ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
-from recserve_model.catalogue import CatalogueSchema
+from recserve_model.catalogue import CatalogueSchema, EventKind
 
 RECENT_ITEMS = 20
 SEEN_ITEMS = 1000  # what the gateway excludes; the retriever's filter takes 1,000 ids
@@ -66,8 +66,13 @@ def catalogue_of(data: Dataset) -> tuple[CatalogueSchema, dict[str, dict[str, ob
     """The filterable attributes the manifest declares for items, and every
     item's values of them, as the retriever's payload holds them."""
     declared = data.manifest.items.columns
+    events = {
+        name: EventKind(e.role.value, e.weight, e.value_column is not None, e.min, e.max)
+        for name, e in data.manifest.interactions.event_types.items()
+    }
     schema = CatalogueSchema(
-        {name: column.type.value for name, column in declared.items() if column.filterable}
+        {name: column.type.value for name, column in declared.items() if column.filterable},
+        events,
     )
     names = sorted(schema.attributes)
     rows = data.items[["item_id", *names]].astype(object).itertuples(index=False, name=None)

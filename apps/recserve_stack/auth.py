@@ -2,8 +2,9 @@
 
 Envoy's jwt_authn filter checks admin calls against ``jwks.json``; the
 runner writes one admin token (RS256, 30 days) to ``admin.token`` for
-operators and tests. Nothing here is a secret store: at scale, point Envoy
-at your identity provider's JWKS instead.
+operators and tests, and one app token (audience recserve-app: the events
+API, nothing else) to ``app.token`` for app backends. Nothing here is a
+secret store: at scale, point Envoy at your identity provider's JWKS instead.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from recserve_kit.admin import AUDIENCE, ISSUER
+from recserve_kit.admin import APP_AUDIENCE, AUDIENCE, ISSUER
 
 KEY_ID = "recserve-admin-1"
 
@@ -56,16 +57,22 @@ def ensure_keys(auth_dir: Path) -> Path:
             ]
         }
         jwks_path.write_text(json.dumps(jwks))
-    token_path = auth_dir / "admin.token"
-    if not token_path.exists() or _expires_soon(token_path.read_text()):
-        token_path.write_text(mint_token(private_path))
-        token_path.chmod(0o600)
+    for name, subject, audience in (
+        ("admin.token", "admin", AUDIENCE),
+        ("app.token", "app", APP_AUDIENCE),
+    ):
+        token_path = auth_dir / name
+        if not token_path.exists() or _expires_soon(token_path.read_text()):
+            token_path.write_text(mint_token(private_path, subject, audience=audience))
+            token_path.chmod(0o600)
     return jwks_path
 
 
-def mint_token(private_path: Path, subject: str = "admin", ttl_s: int = 30 * 86400) -> str:
+def mint_token(
+    private_path: Path, subject: str = "admin", ttl_s: int = 30 * 86400, audience: str = AUDIENCE
+) -> str:
     now = int(time.time())
-    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": subject, "iat": now, "exp": now + ttl_s}
+    claims = {"iss": ISSUER, "aud": audience, "sub": subject, "iat": now, "exp": now + ttl_s}
     return jwt.encode(claims, private_path.read_bytes(), algorithm="RS256", headers={"kid": KEY_ID})
 
 

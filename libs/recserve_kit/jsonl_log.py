@@ -1,6 +1,8 @@
 """An append-only log of JSON Lines written off the request path.
 
-``append`` puts a record on a bounded in-memory queue and returns at once;
+``append`` puts a record on a bounded in-memory queue and returns at once
+(impressions); ``write`` writes and fsyncs before it returns (acknowledged
+writes: events);
 a writer thread drains it to ``<directory>/<UTC date>/<hour>-<writer>.jsonl``
 every ``flush_s``, fsyncs, and starts a new file each hour or past
 ``max_bytes`` (``...-<n>.jsonl``). One writer per process (its host name and
@@ -46,6 +48,7 @@ class JsonlLog:
         self.written = 0
         self.dropped = 0
         self.failed_flushes = 0
+        self._lock = threading.Lock()  # one writer of the file at a time
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jsonl-log", daemon=True)
         self._file: Any = None
@@ -88,10 +91,21 @@ class JsonlLog:
         """Writes and fsyncs what is queued (the writer thread calls it)."""
         if not self.queue:
             return
-        out = self._open(time.time())
-        lines = []
-        while self.queue:
-            lines.append(json.dumps(self.queue.popleft(), separators=(",", ":")))
+        with self._lock:
+            out = self._open(time.time())
+            lines = []
+            while self.queue:
+                lines.append(json.dumps(self.queue.popleft(), separators=(",", ":")))
+            self._write_lines(out, lines)
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        """Writes and fsyncs ``records`` now, before returning (blocking:
+        call it from a worker thread)."""
+        lines = [json.dumps(r, separators=(",", ":")) for r in records]
+        with self._lock:
+            self._write_lines(self._open(time.time()), lines)
+
+    def _write_lines(self, out: Any, lines: list[str]) -> None:
         out.write("\n".join(lines) + "\n")
         out.flush()
         os.fsync(out.fileno())
@@ -114,9 +128,10 @@ class JsonlLog:
         self._stop.set()
         self._thread.join()
         self.flush()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 def read_records(directory: Path) -> Iterator[dict[str, Any]]:

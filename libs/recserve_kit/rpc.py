@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -199,7 +199,7 @@ def wrap_stream(
     return streaming
 
 
-def _admin_only(inner: Callable[..., Any], tokens: AdminTokens) -> Callable[..., Any]:
+def _token_required(inner: Callable[..., Any], tokens: AdminTokens) -> Callable[..., Any]:
     async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
         tokens.verify(context.invocation_metadata())
         return await inner(request, context)
@@ -211,21 +211,23 @@ def method_handlers(
     servicer: Any,
     full_service: str,
     service: str,
-    admin_methods: frozenset[str] = frozenset(),
-    tokens: AdminTokens | None = None,
+    guarded: Mapping[str, AdminTokens | None] | None = None,
 ) -> dict[str, grpc.RpcMethodHandler]:
     """A handler per method of ``full_service`` (its pb2 module imported),
-    each wrapped once, with a parser that flags malformed requests; methods in
-    ``admin_methods`` first verify the caller's admin token when ``tokens``
-    is given (always, in the stack; tests on plaintext loopback may omit it)."""
+    each wrapped once, with a parser that flags malformed requests; a method
+    in ``guarded`` first verifies the caller's token against its verifier
+    when one is given (always, in the stack; tests on plaintext loopback may
+    omit it): the admin or the app audience."""
+    guarded = guarded or {}
     descriptor = descriptor_pool.Default().FindServiceByName(full_service)
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in descriptor.methods:
         request_class = message_factory.GetMessageClass(method.input_type)
         response_class = message_factory.GetMessageClass(method.output_type)
         inner = getattr(servicer, method.name)
-        if method.name in admin_methods and tokens is not None:
-            inner = _admin_only(inner, tokens)
+        verifier = guarded.get(method.name)
+        if verifier is not None:
+            inner = _token_required(inner, verifier)
         if method.client_streaming:
             raise ValueError(f"{full_service}/{method.name}: client streaming is not supported")
         if method.server_streaming:

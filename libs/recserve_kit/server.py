@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from recserve_kit import transport
-from recserve_kit.admin import AdminTokens
+from recserve_kit.admin import APP_AUDIENCE, AdminTokens
 from recserve_kit.config import ServiceSettings
 from recserve_kit.health import DependencyProbe, HealthStatus
 from recserve_kit.logs import setup_logging
@@ -40,6 +40,8 @@ class Registration:
     full_name: str  # e.g. "recserve.ranker.v1.RankerService"
     # Methods that change state: they verify the admin token in the service.
     admin_methods: frozenset[str] = frozenset()
+    # Methods app backends call with their own token (audience recserve-app).
+    app_methods: frozenset[str] = frozenset()
 
 
 Cleanup = Callable[[], Awaitable[None]]
@@ -110,11 +112,20 @@ def build_server(
         options=[("grpc.so_reuseport", 0), *transport.SERVER_KEEPALIVE, *options]
     )
     tokens = AdminTokens(settings.admin_jwks) if settings.admin_jwks else None
+    app_tokens = (
+        AdminTokens(settings.admin_jwks, APP_AUDIENCE, "app call") if settings.admin_jwks else None
+    )
     for registration in registrations:
         # Our servicers get one wrapper per method (errors, span, metric);
         # health and reflection stay bare: probes need no span.
         handlers = method_handlers(
-            registration.servicer, registration.full_name, name, registration.admin_methods, tokens
+            registration.servicer,
+            registration.full_name,
+            name,
+            {
+                **dict.fromkeys(registration.admin_methods, tokens),
+                **dict.fromkeys(registration.app_methods, app_tokens),
+            },
         )
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(registration.full_name, handlers),)

@@ -12,10 +12,11 @@ matches), numeric ones as floats.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,31 @@ class AttributeFilter:
 
 
 @dataclass(frozen=True)
+class EventKind:
+    """An event type the dataset declares: what app backends may send."""
+
+    role: str  # positive, negative, exposure, rating
+    weight: float = 1.0
+    has_value: bool = False  # the event carries a value (a rating's 1-5)
+    min: float | None = None
+    max: float | None = None
+
+    def value_problem(self, value: float) -> str | None:
+        if not self.has_value:
+            return "this event type has no value: leave it 0" if value else None
+        if not math.isfinite(value):
+            return "must be a finite number"
+        if (self.min is not None and value < self.min) or (
+            self.max is not None and value > self.max
+        ):
+            return f"must be between {self.min:g} and {self.max:g}, got {value:g}"
+        return None
+
+
+@dataclass(frozen=True)
 class CatalogueSchema:
     attributes: Mapping[str, str]  # name -> kind, one of KINDS
+    event_types: Mapping[str, EventKind] = field(default_factory=dict)
 
     @classmethod
     def load(cls, artifact_dir: Path) -> CatalogueSchema:
@@ -72,10 +96,15 @@ class CatalogueSchema:
         path = artifact_dir / FILE
         if not path.exists():
             return cls({})
-        return cls(dict(json.loads(path.read_text())["filterable"]))
+        raw = json.loads(path.read_text())
+        events = {n: EventKind(**e) for n, e in raw.get("event_types", {}).items()}
+        return cls(dict(raw["filterable"]), events)
 
     def save(self, artifact_dir: Path) -> None:
-        text = json.dumps({"filterable": dict(sorted(self.attributes.items()))}, indent=2)
+        events = {n: dataclasses.asdict(e) for n, e in sorted(self.event_types.items())}
+        text = json.dumps(
+            {"filterable": dict(sorted(self.attributes.items())), "event_types": events}, indent=2
+        )
         (artifact_dir / FILE).write_text(text)
 
     def describe(self) -> str:

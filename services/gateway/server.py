@@ -21,12 +21,14 @@ from recserve_model.artifacts import ArtifactError
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.domain import Gateway
+from services.gateway.events import EventLog, EventServicer
 from services.gateway.impressions import Impressions, RolloutArms
 from services.gateway.popular import PopularItems
 from services.gateway.segment_lists import SegmentLists
 from services.gateway.servicer import GatewayServicer
 
 SERVICE_NAME = "recserve.recommend.v1.RecommendService"
+EVENTS_SERVICE = "recserve.recommend.v1.EventService"
 log = logging.getLogger(__name__)
 
 # Keepalive through the channel's options; no retries here: inside a 100 ms
@@ -74,6 +76,18 @@ def create_gateway(
     return gateway, watch
 
 
+def recorders(settings: GatewaySettings) -> tuple[Impressions, EventLog]:
+    """What answers showed, and what app backends say users did, under data_dir/events."""
+    impressions = Impressions(
+        JsonlLog(settings.data_dir / "events" / "impressions", settings.impression_queue)
+        if settings.impressions
+        else None,
+        RolloutArms(settings.data_dir),
+    )
+    impressions.arms.reload()
+    return impressions, EventLog(settings.data_dir / "events" / "app")
+
+
 async def create_server(settings: GatewaySettings) -> Service:
     channels = {
         name: transport.aio_channel(address, settings.tls("gateway"), CHANNEL_OPTIONS)
@@ -99,17 +113,16 @@ async def create_server(settings: GatewaySettings) -> Service:
         DependencyProbe(name, functools.partial(backend_serving, channel), 1.0, required=False)
         for name, channel in channels.items()
     ]
-    impressions = Impressions(
-        JsonlLog(settings.data_dir / "events" / "impressions", settings.impression_queue)
-        if settings.impressions
-        else None,
-        RolloutArms(settings.data_dir),
-    )
-    impressions.arms.reload()
-    servicer = GatewayServicer(gateway, impressions)
-    service = build_server(
-        "gateway", settings, [Registration(servicer, SERVICE_NAME)], probes=probes
-    )
+    impressions, event_log = recorders(settings)
+    registrations = [
+        Registration(GatewayServicer(gateway, impressions), SERVICE_NAME),
+        Registration(
+            EventServicer(event_log, gateway.catalogue.schema),
+            EVENTS_SERVICE,
+            app_methods=frozenset({"PushEvents"}),
+        ),
+    ]
+    service = build_server("gateway", settings, registrations, probes=probes)
 
     async def reload_lists() -> None:
         while settings.fallback_refresh_s:
@@ -126,6 +139,7 @@ async def create_server(settings: GatewaySettings) -> Service:
         for channel in channels.values():
             await channel.close()
         impressions.close()  # what is queued is written
+        event_log.close()
 
     service.run_in_background(reload_lists)
     service.run_in_background(watch.run)

@@ -21,6 +21,8 @@ from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2 as kpb
 from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve.recommend.v1 import events_pb2 as epb
+from recserve.recommend.v1 import events_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 
@@ -83,6 +85,29 @@ def test_admin_rpcs_on_internal_ports_need_the_admin_token(stack):
             with pytest.raises(grpc.RpcError) as refused:
                 call(request, timeout=5)
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_the_events_api_on_the_gateways_port_needs_the_app_token(stack):
+    """Past Envoy, the gateway checks the token again: none, a forged one and
+    the admin's (another audience) are refused; the app's is let in."""
+    auth = stack.data_dir / "auth"
+    bearer = {n: f"Bearer {(auth / f'{n}.token').read_text().strip()}" for n in ("admin", "app")}
+    event = epb.AppEvent(
+        event_id="internal-1", user_id="42", item_id="1", event_type="rating", value=3
+    )
+    push = epb.PushEventsRequest(events=[event])
+    with stack.internal_channel("gateway") as channel:
+        events = events_pb2_grpc.EventServiceStub(channel)
+        for metadata in (
+            (),
+            (("authorization", "Bearer x.y.z"),),
+            (("authorization", bearer["admin"]),),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                events.PushEvents(push, metadata=metadata, timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        reply = events.PushEvents(push, metadata=(("authorization", bearer["app"]),), timeout=5)
+        assert reply.accepted + reply.duplicates == 1
 
 
 def test_tritons_model_control_answers_only_the_rankers_secret(stack):

@@ -50,11 +50,13 @@ def secrets() -> dict[str, dict[str, str]]:
         out[f"recserve-tls-{name}"] = files
     # The public key set: Envoy and every service verify admin tokens with it.
     out["recserve-jwks"] = {"jwks.json": "auth/jwks.json"}
-    # The admin signing key and a token for operators; read by the Job alone.
+    # The signing key, a token for operators and one for app backends (the
+    # events API); read by the Job alone.
     out["recserve-admin"] = {
         "private.pem": "auth/private.pem",
         "jwks.json": "auth/jwks.json",
         "admin.token": "auth/admin.token",
+        "app.token": "auth/app.token",
     }
     out["recserve-ca"] = {"ca.pem": "tls/ca.pem", "ca.key": "tls/ca.key", CONTROL: f"tls/{CONTROL}"}
     return out

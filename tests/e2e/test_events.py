@@ -1,0 +1,170 @@
+"""The events API through Envoy: app backends' events with their own token,
+kept on disk before the reply, once per event id (across both gateways), a
+bad batch refused whole naming the field, and nothing acknowledged lost to
+a SIGKILL of the gateway under load."""
+
+import os
+import signal
+import threading
+import time
+
+import grpc
+import pytest
+
+from recserve.recommend.v1 import events_pb2 as epb
+from recserve.recommend.v1 import events_pb2_grpc, recommend_pb2_grpc
+from recserve.retriever.v1 import retriever_pb2 as rpb
+from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit.jsonl_log import read_records
+from services.gateway.events import read_events
+from tests.e2e.test_recommend import post_json
+from tests.helpers import full_answer, poll_until
+
+# The log and the tokens are under the local stack's data directory.
+pytestmark = pytest.mark.local_stack_only
+
+
+@pytest.fixture(scope="module")
+def channel(stack):
+    channel = grpc.insecure_channel(stack.envoy_address)
+    yield channel
+    channel.close()
+
+
+@pytest.fixture(scope="module")
+def events(channel):
+    return events_pb2_grpc.EventServiceStub(channel)
+
+
+def token(stack, name):
+    return (stack.data_dir / "auth" / f"{name}.token").read_text().strip()
+
+
+def as_app(stack):
+    return [("authorization", f"Bearer {token(stack, 'app')}")]
+
+
+def kept(stack):
+    return {e["event_id"]: e for e in read_events(stack.data_dir / "events" / "app")}
+
+
+def rating(event_id, item_id="50", value=4.0, **fields):
+    return epb.AppEvent(
+        event_id=event_id, user_id="42", item_id=item_id, event_type="rating", value=value, **fields
+    )
+
+
+def test_events_are_kept_before_the_reply_and_once_per_id(stack, channel, events):
+    shown = full_answer(recommend_pb2_grpc.RecommendServiceStub(channel), "42", k=5)
+    batch = [
+        rating("ev-1", shown.items[0].item_id, 5.0, recommendation_id=shown.recommendation_id),
+        rating("ev-2", "181", 2.0, timestamp=int(time.time()) - 60),
+        rating("ev-3", "1", 3.0),
+    ]
+    request = epb.PushEventsRequest(events=batch)
+    reply = events.PushEvents(request, metadata=as_app(stack), timeout=5)
+    assert (reply.accepted, reply.duplicates) == (3, 0)
+    log = kept(stack)  # read at once: fsynced before the reply
+    assert log["ev-1"]["recommendation_id"] == shown.recommendation_id
+    assert log["ev-1"]["item_id"] == shown.items[0].item_id and log["ev-1"]["value"] == 5.0
+    assert log["ev-3"]["timestamp"] > 0  # 0 was "now"
+    # Retried, several times: Envoy spreads them over both gateways.
+    for _ in range(4):
+        again = events.PushEvents(request, metadata=as_app(stack), timeout=5)
+        assert (again.accepted, again.duplicates) == (0, 3)
+    lines = [r["event_id"] for r in read_records(stack.data_dir / "events" / "app")]
+    assert sorted(i for i in lines if i in {"ev-1", "ev-2", "ev-3"}) == ["ev-1", "ev-2", "ev-3"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "field", "words"),
+    [
+        (rating("bad-1", value=6.0), "events[1].value", "between 1 and 5"),
+        (epb.AppEvent(event_id="bad-2", user_id="42", item_id="1", event_type="share"),
+         "events[1].event_type", "not a declared event type (declared: rating)"),
+        (rating("bad 3"), "events[1].event_id", "ASCII letters, digits"),
+        (rating("bad-4", item_id=""), "events[1].item_id", ""),
+        (rating("bad-5", timestamp=int(time.time()) + 5 * 86400), "events[1].timestamp", "ahead"),
+        (rating("good-0"), "events[1].event_id", "duplicates events[0]"),
+    ],
+)  # fmt: skip
+def test_a_bad_batch_is_refused_whole_naming_the_field(stack, events, bad, field, words):
+    request = epb.PushEventsRequest(events=[rating("good-0"), bad])
+    with pytest.raises(grpc.RpcError) as raised:
+        events.PushEvents(request, metadata=as_app(stack), timeout=5)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith(field + ":") and words in raised.value.details()
+    assert "good-0" not in kept(stack) and bad.event_id not in kept(stack)
+
+
+def test_only_the_app_token_is_let_in(stack, channel, events):
+    request = epb.PushEventsRequest(events=[rating("auth-1")])
+    admin = [("authorization", f"Bearer {token(stack, 'admin')}")]
+    # No token: unauthenticated; the admin's: a valid token, the wrong audience.
+    for metadata, code in (
+        ([], grpc.StatusCode.UNAUTHENTICATED),
+        (admin, grpc.StatusCode.PERMISSION_DENIED),
+    ):
+        with pytest.raises(grpc.RpcError) as raised:
+            events.PushEvents(request, metadata=metadata, timeout=5)
+        assert raised.value.code() == code
+    assert "auth-1" not in kept(stack)
+    # ... and the app's token makes no admin call.
+    retriever = retriever_pb2_grpc.RetrieverServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as raised:
+        retriever.DeleteItems(
+            rpb.DeleteItemsRequest(item_ids=["1"], mode=rpb.DELETE_MODE_SOFT),
+            metadata=as_app(stack),
+            timeout=5,
+        )
+    assert raised.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_a_json_app_backend_sends_events(stack):
+    body = {"events": [{"event_id": "json-1", "user_id": "7", "item_id": "9",
+                        "event_type": "rating", "value": 3}]}  # fmt: skip
+    status, _ = post_json(stack, "/v1/events", body)
+    assert status == 401
+    status, reply = post_json(
+        stack, "/v1/events", body, {"authorization": f"Bearer {token(stack, 'app')}"}
+    )
+    assert status == 200 and reply == {"accepted": 1, "duplicates": 0}, reply
+    assert kept(stack)["json-1"]["user_id"] == "7"
+
+
+def test_no_acknowledged_event_is_lost_to_a_sigkill_under_load(stack, events):
+    acknowledged: list[str] = []
+    stop = threading.Event()
+
+    def send(worker):
+        n = 0
+        while not stop.is_set():
+            batch = [rating(f"kill-{worker}-{n}-{j}") for j in range(5)]
+            n += 1
+            try:
+                events.PushEvents(
+                    epb.PushEventsRequest(events=batch), metadata=as_app(stack), timeout=2
+                )
+            except grpc.RpcError:
+                continue  # not acknowledged: may or may not be kept
+            acknowledged.extend(e.event_id for e in batch)
+
+    gateways = stack.component_pids("services.gateway")
+    senders = [threading.Thread(target=send, args=(w,)) for w in range(4)]
+    for sender in senders:
+        sender.start()
+    poll_until(lambda: len(acknowledged) >= 200 or None, 30, 0.05, "events flowing")
+    os.kill(gateways[0], signal.SIGKILL)
+    count = len(acknowledged)
+    poll_until(lambda: len(acknowledged) >= count + 200 or None, 30, 0.05, "events after the kill")
+    stop.set()
+    for sender in senders:
+        sender.join()
+    missing = set(acknowledged) - set(kept(stack))
+    assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged events lost"
+
+    def both_back():
+        found = stack.component_pids("services.gateway")
+        return len(found) == 2 and all(found) and gateways[0] not in found
+
+    poll_until(both_back, 60, 0.2, "the runner to restart the killed gateway")
