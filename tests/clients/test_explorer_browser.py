@@ -83,7 +83,15 @@ def test_the_explorer_in_a_browser(stack, client, explorer):
             page.click("#show")
             degraded = page.locator("#degraded")
             expect(degraded).to_be_visible(timeout=10_000)
-            expect(degraded).to_contain_text("COLD_START")
+
+            def cold_start() -> bool:  # an answer shed on a busy host: ask again
+                if "COLD_START" in (degraded.text_content() or ""):
+                    return True
+                page.click("#show")
+                page.wait_for_timeout(300)
+                return False
+
+            poll_until(cold_start, 30, 0.2, "the new user's cold-start answer in the page")
             expect(degraded).to_contain_text("POPULAR")
             expect(page.locator("#meta .degraded-mark")).to_contain_text("COLD_START")
             expect(page.locator("#history")).to_contain_text("no history")
