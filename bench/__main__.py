@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "answers": "bench.commands.quality.answers:answers",
     "quality": "bench.commands.quality.quality:quality",
     "cold-start": "bench.commands.quality.cold_start:cold_start",
+    "simulate": "bench.commands.quality.simulate:simulate",
     "features": "bench.commands.components.features:features",
     "ranker": "bench.commands.components.ranker:ranker",
     "retriever": "bench.commands.components.retriever:retriever",

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pipelines import data_cli
+from pipelines import data_cli, outcomes_cli
 from pipelines.build import build as run_build
 from pipelines.evaluate import CUTOFFS
 from pipelines.rescore.cli import app as rescore_app
@@ -20,6 +20,7 @@ app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
 app.add_typer(rescore_app, name="rescore")
 app.command("validate")(data_cli.validate)
 app.command("import-movielens")(data_cli.import_movielens)
+app.command("outcomes")(outcomes_cli.outcomes_command)
 console = cli_console(stderr=True)
 
 
@@ -47,6 +48,14 @@ def build(
             "For now of MovieLens's shape only.",
         ),
     ] = None,
+    with_events: Annotated[
+        bool,
+        typer.Option(
+            "--with-events",
+            help="Also learn from the app events kept under DATA_DIR/events/app "
+            "(docs/events.md): retraining from what users did with the lists.",
+        ),
+    ] = False,
 ) -> None:
     """Dataset -> validate -> training -> ONNX -> evaluation -> Triton repository
     (idempotent). A dataset that fails validation builds nothing; an artifact
@@ -56,7 +65,9 @@ def build(
     from recserve_data import InvalidDataset
 
     try:
-        result = run_build(data_dir, console=console, dataset_dir=dataset_dir)
+        result = run_build(
+            data_dir, console=console, dataset_dir=dataset_dir, with_events=with_events
+        )
     except InvalidDataset as refused:
         data_cli.print_report(refused.report, console)
         console.print("[red]the dataset fails validation: nothing was built[/]")
@@ -118,9 +129,10 @@ def version(
     kind: Annotated[
         str,
         typer.Option(
-            help="copy: the same models (a second version to roll out); slow or nan: a "
-            "rehearsal of a bad version (its ranking model sleeps --delay-ms per call, or "
-            "scores NaN), for the judge to roll back."
+            help="copy: the same models (a second version to roll out); slow, nan or "
+            "reversed: a rehearsal of a bad version (its ranking model sleeps --delay-ms per "
+            "call, scores NaN, or ranks the worst candidates first: healthy but worse for "
+            "users, for the outcome guardrail), for the judge to roll back."
         ),
     ] = "copy",
     source: Annotated[str, typer.Option(help="Artifact to publish again; default: current.")] = "",

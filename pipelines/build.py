@@ -21,7 +21,15 @@ import torch
 from rich.console import Console
 from rich.progress import Progress
 
-from pipelines import dataset, evaluate, export, movielens, onboarding_model, triton_repo
+from pipelines import (
+    dataset,
+    evaluate,
+    export,
+    logged_events,
+    movielens,
+    onboarding_model,
+    triton_repo,
+)
 from pipelines.models import Int8Ranker
 from pipelines.train import (
     TrainConfig,
@@ -209,14 +217,32 @@ def quality_gate(metrics: dict[str, dict[str, float]]) -> list[str]:
     return failures
 
 
+def training_data(
+    data_dir: Path, dataset_dir: Path | None, with_events: bool, console: Console
+) -> tuple[dataset.MovieLens, int]:
+    """The validated dataset (the demo's by default), with the kept app
+    events when asked; and how many of those it took."""
+    source = dataset_dir or movielens.demo_dataset(data_dir / "raw")
+    report, data = dataset.read_dataset(source)
+    console.print(f"validate {report.summary()}")
+    if not with_events:
+        return data, 0
+    logged = logged_events.read_logged(data_dir, data)
+    console.print(f"logged events: {len(logged.rows)} used, {logged.skipped} left out")
+    return logged_events.with_logged(data, logged), len(logged.rows)
+
+
 def build(
     data_dir: Path,
     config: TrainConfig | None = None,
     console: Console | None = None,
     dataset_dir: Path | None = None,
+    with_events: bool = False,
 ) -> BuildResult:
     """Builds (or reuses) the artifact and publishes it to the Triton
     repository and CURRENT, unless its served lists lose to a baseline.
+    ``with_events``: the app events kept under data_dir/events/app join the
+    dataset's interactions (pipelines.logged_events).
 
     The dataset (default: MovieLens-100K, imported into the raw directory
     once) is validated first: one that fails (``InvalidDataset``) or that the
@@ -224,9 +250,7 @@ def build(
     anything is written."""
     config = config or TrainConfig()
     console = console or cli_console(stderr=True)
-    source = dataset_dir or movielens.demo_dataset(data_dir / "raw")
-    report, data = dataset.read_dataset(source)
-    console.print(f"validate {report.summary()}")
+    data, logged = training_data(data_dir, dataset_dir, with_events, console)
     version = version_id(data.fingerprint, config, data.name)
     root = artifacts.artifacts_root(data_dir)
     directory = root / version
@@ -249,6 +273,7 @@ def build(
             {
                 "dataset": data.title,
                 "dataset_fingerprint": data.fingerprint,
+                "logged_events": logged,
                 "training_config": config.as_dict(),
                 "metrics": metrics,
             },

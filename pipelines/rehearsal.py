@@ -31,7 +31,20 @@ def _nan(self, requests):
     return out
 TritonPythonModel.execute = _nan
 """
-KINDS = ("copy", "slow", "nan")
+# Healthy but bad for users: the ranking reversed, the worst candidates first
+# (a rehearsal of the outcome guardrail: latency and errors stay normal).
+REVERSED = """
+_execute = TritonPythonModel.execute
+def _reversed(self, requests):
+    out = []
+    for response in _execute(self, requests):
+        score = pb_utils.get_output_tensor_by_name(response, "score").as_numpy()
+        tensor = pb_utils.Tensor("score", -score)
+        out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
+    return out
+TritonPythonModel.execute = _reversed
+"""
+KINDS = ("copy", "slow", "nan", "reversed")
 
 
 class VersionError(ValueError):
@@ -47,8 +60,9 @@ def make_version(
     data_dir: Path, label: str, kind: str = "copy", source: str = "", delay_ms: float = 200.0
 ) -> str:
     """Publishes ``<source>-<label>`` into the Triton repository and returns
-    its name; ``source`` defaults to the current artifact. ``kind`` slow or
-    nan patches its ranking model (a rehearsal of a bad version)."""
+    its name; ``source`` defaults to the current artifact. ``kind`` slow,
+    nan or reversed patches its ranking model (a rehearsal of a bad version:
+    slow, broken, or healthy but worse for users)."""
     check_label(label)
     if kind not in KINDS:
         raise VersionError(f"kind {kind!r}: one of {', '.join(KINDS)}")
@@ -63,7 +77,9 @@ def make_version(
         raise VersionError(f"version {version!r} exists already; choose another label")
     numbers = publish_copy(data_dir, source, version)
     if kind != "copy":
-        patch = SLOW.format(delay_s=delay_ms / 1000) if kind == "slow" else NAN
+        patch = {"slow": SLOW.format(delay_s=delay_ms / 1000), "nan": NAN, "reversed": REVERSED}[
+            kind
+        ]
         ranker = data_dir / "triton" / "repository" / "ranker" / str(numbers["ranker"])
         (ranker / "model.py").write_text(PYTHON_MODEL.read_text() + patch)
     return version

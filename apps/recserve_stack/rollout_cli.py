@@ -93,6 +93,17 @@ def start(
     max_p99_ms: Annotated[float, typer.Option(min=0, help="0: 150 ms.")] = 0,
     max_error_rate: Annotated[float, typer.Option(min=0, max=1, help="0: 0.005.")] = 0,
     max_memory_fraction: Annotated[float, typer.Option(min=0, max=1, help="0: 0.85.")] = 0,
+    guardrail_baseline_rate: Annotated[
+        float,
+        typer.Option(
+            min=0, max=1, help="The stable's conversion: turns the business guardrail on."
+        ),
+    ] = 0,
+    guardrail_min_drop: Annotated[
+        float, typer.Option(min=0, max=1, help="Relative drop to detect; 0: 0.02.")
+    ] = 0,
+    guardrail_alpha: Annotated[float, typer.Option(min=0, max=0.5, help="0: 0.05.")] = 0,
+    guardrail_power: Annotated[float, typer.Option(min=0, max=1, help="0: 0.8.")] = 0,
 ) -> None:
     """Start moving users to VERSION."""
     request = pb.StartRolloutRequest(
@@ -104,6 +115,10 @@ def start(
         max_p99_ms=max_p99_ms,
         max_error_rate=max_error_rate,
         max_memory_fraction=max_memory_fraction,
+        guardrail_baseline_rate=guardrail_baseline_rate,
+        guardrail_min_drop=guardrail_min_drop,
+        guardrail_alpha=guardrail_alpha,
+        guardrail_power=guardrail_power,
     )
     show(_call("StartRollout", request))
 

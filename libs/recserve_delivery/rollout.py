@@ -12,6 +12,7 @@ its figures and counted in metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -26,8 +27,11 @@ from hdrh.histogram import HdrHistogram
 from prometheus_client import Counter, Gauge, Histogram
 
 from recserve_delivery import state as rollout_state
-from recserve_delivery.state import Figures, RolloutState, Triggers, Verdict, judge
+from recserve_delivery.outcomes import ArmOutcomes
+from recserve_delivery.state import Figures, Guardrail, RolloutState, Triggers, Verdict, judge
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
+from recserve_model import artifacts
+from recserve_model.catalogue import CatalogueSchema
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +124,7 @@ class Plan:
     min_requests: int
     shadow_percent: float
     triggers: Triggers
+    guardrail: Guardrail | None = None
 
     def check(self) -> None:
         steps = self.steps_percent
@@ -150,6 +155,7 @@ class Rollout:
         self.windows: dict[str, VersionWindow] = {}
         self.last: Verdict | None = None
         self._last_hold_log = 0.0
+        self._arms: ArmOutcomes | None = None  # the guardrail's, made at its first look
         self._export()
 
     # -- routing ---------------------------------------------------------------
@@ -191,8 +197,11 @@ class Rollout:
             min_requests=plan.min_requests,
             shadow_percent=plan.shadow_percent,
             triggers=plan.triggers,
+            guardrail=plan.guardrail,
+            started_at=self.clock(),
             history=self.state.history,
         )
+        self._arms = None
         self._new_step()
         self._decide("start", f"candidate {plan.candidate} at {plan.steps_percent[0]:g}%")
 
@@ -265,6 +274,8 @@ class Rollout:
             return None
         if figures is None:
             figures = self.windows.setdefault(s.candidate, VersionWindow()).figures()
+        if s.guardrail is not None and figures.arms is None:
+            figures = dataclasses.replace(figures, arms=self._arm_outcomes().update())
         verdict = judge(s, figures, memory_fraction, self.clock())
         self.last = verdict
         for name, value in verdict.figures.items():
@@ -285,6 +296,20 @@ class Rollout:
         return verdict
 
     # -- internals ---------------------------------------------------------------
+
+    def _arm_outcomes(self) -> ArmOutcomes:
+        """Lists and conversions per arm since the rollout started, from the
+        gateways' impression and event logs under the data directory."""
+        if self._arms is None:
+            s = self.state
+            directory = artifacts.artifacts_root(self.data_dir) / s.stable
+            self._arms = ArmOutcomes(
+                self.data_dir,
+                CatalogueSchema.load(directory),
+                {s.stable: "stable", s.candidate: "candidate"},
+                s.started_at,
+            )
+        return self._arms
 
     def _require(self, *statuses: str) -> None:
         if self.state.status not in statuses:

@@ -10,11 +10,14 @@ Envoy (recserve_stack.service_canary). Both are judged by ``judge``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
+
+from recserve_delivery.outcomes import Cell, compare, required_lists
 
 Status = Literal["idle", "running", "paused", "promoted", "rolled_back", "aborted"]
 ACTIVE: frozenset[str] = frozenset({"running", "paused"})
@@ -27,6 +30,23 @@ class Triggers(BaseModel):
     max_p99_ms: float = Field(150.0, gt=0)
     max_error_rate: float = Field(0.005, ge=0, le=1)
     max_memory_fraction: float = Field(0.85, gt=0, le=1)
+
+
+class Guardrail(BaseModel):
+    """The business guardrail: roll back when the candidate's conversion is
+    below the stable's by a significant margin, judged only once each arm
+    has the sample computed up front from these (the seeds' case study)."""
+
+    baseline_rate: float = Field(gt=0, lt=1, description="The stable's conversion, about.")
+    min_detectable_drop: float = Field(
+        0.02, gt=0, lt=1, description="The relative drop to detect (0.02: 2% down)."
+    )
+    alpha: float = Field(0.05, gt=0, lt=0.5, description="One-sided false alarm rate.")
+    power: float = Field(0.8, gt=0.5, lt=1, description="Chance to catch a drop that large.")
+
+    @property
+    def required_lists(self) -> int:
+        return required_lists(self.baseline_rate, self.min_detectable_drop, self.alpha, self.power)
 
 
 class Decision(BaseModel):
@@ -47,6 +67,8 @@ class RolloutState(BaseModel):
     min_requests: int = 50
     shadow_percent: float = 0.0
     triggers: Triggers = Field(default_factory=Triggers)
+    guardrail: Guardrail | None = None
+    started_at: float = 0.0  # the rollout's start: the guardrail's sample since then
     step_started_at: float = 0.0
     reason: str = ""
     history: list[Decision] = Field(default_factory=list)
@@ -118,6 +140,8 @@ class Figures:
     p50_ms: float
     p99_ms: float
     timed: int  # requests with a latency (the successful ones)
+    # Lists shown and converted per arm since the rollout started (guardrail only).
+    arms: Mapping[str, Cell] | None = None
 
     @property
     def error_rate(self) -> float:
@@ -179,10 +203,54 @@ def judge(
             f"median {figures.p50_ms:.0f} ms > the p99 limit {t.max_p99_ms:.0f} ms",
             seen,
         )
+    guarded = guardrail_verdict(state, figures, seen)
+    if guarded is not None and guarded.action == "rollback":
+        return guarded
     if state.status == "paused":
         return Verdict("hold", "paused by the operator", seen)
+    if guarded is not None:
+        return guarded  # holding for the sample: no promotion before it
     if not enough:
         return Verdict("hold", f"{figures.requests}/{state.min_requests} requests", seen)
     if elapsed < state.soak_s:
         return Verdict("hold", f"soaking {elapsed:.0f}/{state.soak_s:.0f} s", seen)
     return Verdict("promote", "soaked with every figure inside its limit", seen)
+
+
+def guardrail_verdict(
+    state: RolloutState, figures: Figures, seen: dict[str, float]
+) -> Verdict | None:
+    """Rollback on a significant conversion drop once both arms have the
+    sample; hold until then; None when the guardrail passes (or is off)."""
+    g = state.guardrail
+    if g is None:
+        return None
+    arms = figures.arms or {}
+    stable, candidate = arms.get("stable", Cell()), arms.get("candidate", Cell())
+    need = g.required_lists
+    seen |= {
+        "guardrail_required_lists": float(need),
+        "stable_lists": float(stable.lists),
+        "candidate_lists": float(candidate.lists),
+        "stable_conversion": stable.rate,
+        "candidate_conversion": candidate.rate,
+    }
+    if min(stable.lists, candidate.lists) < need:
+        return Verdict(
+            "hold",
+            f"guardrail sample {candidate.lists}/{need} candidate and "
+            f"{stable.lists}/{need} stable lists",
+            seen,
+        )
+    result = compare(stable, candidate, confidence=1 - 2 * g.alpha)
+    seen |= {"conversion_difference": result.difference, "conversion_p": result.p_value}
+    if result.high < 0:  # the one-sided test at alpha: significantly below
+        relative = result.difference / stable.rate if stable.rate else 0.0
+        return Verdict(
+            "rollback",
+            f"conversion {percent(candidate.rate, 2)} vs stable {percent(stable.rate, 2)} "
+            f"({relative:+.1%} relative, one-sided p = {result.p_value / 2:.3g}, "
+            f"{candidate.lists} and {stable.lists} lists)",
+            seen,
+        )
+    return None

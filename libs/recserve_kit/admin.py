@@ -28,7 +28,9 @@ class AdminTokens:
     """Verifies ``authorization: Bearer <jwt>`` metadata against a JWKS file,
     for one audience (``what`` names the kind of call in errors)."""
 
-    def __init__(self, jwks_path: Path, audience: str = AUDIENCE, what: str = "admin call") -> None:
+    def __init__(
+        self, jwks_path: Path, audience: str | list[str] = AUDIENCE, what: str = "admin call"
+    ) -> None:
         keys = jwt.PyJWKSet.from_dict(json.loads(jwks_path.read_text()))
         self.keys = {key.key_id: key for key in keys.keys}
         self.audience = audience

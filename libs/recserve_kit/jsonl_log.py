@@ -142,3 +142,43 @@ def read_records(directory: Path) -> Iterator[dict[str, Any]]:
                 if not line.endswith("\n"):
                     break  # torn by a crash mid-write
                 yield json.loads(line)
+
+
+def read_unique(directory: Path, key: str) -> Iterator[dict[str, Any]]:
+    """Every whole record below ``directory``, the first of each ``key``
+    value (a log that may hold a record twice, such as a retried event)."""
+    seen: set[object] = set()
+    for record in read_records(directory):
+        if record[key] not in seen:
+            seen.add(record[key])
+            yield record
+
+
+class JsonlTail:
+    """Reads what was appended below ``directory`` since the last call, from
+    every writer's files (a reader that follows the log, as the events
+    API's duplicate check and the rollout's outcome guardrail do)."""
+
+    def __init__(self, directory: Path, since: float = 0.0) -> None:
+        self.directory = directory
+        # Day folders before the one holding ``since`` are never read.
+        self.first_day = time.strftime("%Y-%m-%d", time.gmtime(since)) if since else ""
+        self.read_to: dict[Path, int] = {}  # how far each file was read
+
+    def read_new(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for path in sorted(self.directory.rglob("*.jsonl")) if self.directory.exists() else ():
+            if path.parent.name < self.first_day:
+                continue
+            start = self.read_to.get(path, 0)
+            if path.stat().st_size <= start:
+                continue
+            with path.open("rb") as lines:
+                lines.seek(start)
+                for line in lines:
+                    if not line.endswith(b"\n"):
+                        break  # being written: read it whole next time
+                    start += len(line)
+                    found.append(json.loads(line))
+            self.read_to[path] = start
+        return found

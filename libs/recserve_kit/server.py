@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from recserve_kit import transport
-from recserve_kit.admin import APP_AUDIENCE, AdminTokens
+from recserve_kit.admin import APP_AUDIENCE, AUDIENCE, AdminTokens
 from recserve_kit.config import ServiceSettings
 from recserve_kit.health import DependencyProbe, HealthStatus
 from recserve_kit.logs import setup_logging
@@ -40,7 +40,8 @@ class Registration:
     full_name: str  # e.g. "recserve.ranker.v1.RankerService"
     # Methods that change state: they verify the admin token in the service.
     admin_methods: frozenset[str] = frozenset()
-    # Methods app backends call with their own token (audience recserve-app).
+    # Methods app backends call with their own token (audience recserve-app);
+    # one in both sets takes either token.
     app_methods: frozenset[str] = frozenset()
 
 
@@ -112,9 +113,10 @@ def build_server(
         options=[("grpc.so_reuseport", 0), *transport.SERVER_KEEPALIVE, *options]
     )
     tokens = AdminTokens(settings.admin_jwks) if settings.admin_jwks else None
-    app_tokens = (
-        AdminTokens(settings.admin_jwks, APP_AUDIENCE, "app call") if settings.admin_jwks else None
-    )
+    app_tokens = either = None
+    if settings.admin_jwks:
+        app_tokens = AdminTokens(settings.admin_jwks, APP_AUDIENCE, "app call")
+        either = AdminTokens(settings.admin_jwks, [AUDIENCE, APP_AUDIENCE], "admin or app call")
     for registration in registrations:
         # Our servicers get one wrapper per method (errors, span, metric);
         # health and reflection stay bare: probes need no span.
@@ -125,6 +127,8 @@ def build_server(
             {
                 **dict.fromkeys(registration.admin_methods, tokens),
                 **dict.fromkeys(registration.app_methods, app_tokens),
+                # In both sets: either token.
+                **dict.fromkeys(registration.admin_methods & registration.app_methods, either),
             },
         )
         server.add_generic_rpc_handlers(

@@ -56,6 +56,8 @@ async def create_server(settings: FeaturesSettings) -> Service:
                 FeaturesServicer(features),
                 SERVICE_NAME,
                 admin_methods=frozenset({"PushUserEvents"}),
+                # The gateway forwards an app's events with the app's own token.
+                app_methods=frozenset({"PushUserEvents"}),
             )
         ],
         probes=[DependencyProbe("online_store", online_store_answers, interval_s=2.0)],

@@ -8,26 +8,29 @@ event survives a SIGKILL. Event ids already kept are remembered (the last
 ``remember`` of them, caught up from every replica's files before each
 batch), so a retried batch lands once wherever the retry goes; only the
 same id reaching two replicas at the same instant can land twice, and
-readers (``read_events``) keep the first of each id.
+readers (``recserve_kit.jsonl_log.read_unique``) keep the first of each id.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 from prometheus_client import Counter
 
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
 from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc
 from recserve_kit.errors import InvalidArgument
-from recserve_kit.jsonl_log import JsonlLog, read_records
+from recserve_kit.jsonl_log import JsonlLog, JsonlTail
+from recserve_kit.tracing import outbound_metadata
 from recserve_kit.validation import check_id
 from recserve_model.catalogue import CatalogueSchema
 
@@ -36,7 +39,14 @@ EVENTS = Counter(
     "App events by outcome: kept, duplicate (an event id kept before), refused (a bad batch).",
     ["outcome"],
 )
+ONLINE = Counter(
+    "recserve_gateway_event_online_updates_total",
+    "Kept events sent on to the users' live features: updated, or failed (kept, not applied live).",
+    ["outcome"],
+)
 MAX_BATCH = 1000
+ONLINE_TIMEOUT_S = 1.0
+log = logging.getLogger(__name__)
 FUTURE_S = 86400
 
 
@@ -97,24 +107,14 @@ class EventLog:
         self.remember = remember
         self.log = JsonlLog(directory)
         self.kept: OrderedDict[str, None] = OrderedDict()
-        self.read_to: dict[Path, int] = {}  # how far each file was read
+        self.tail = JsonlTail(directory)
         self.lock = asyncio.Lock()
         self.catch_up()
 
     def catch_up(self) -> None:
         """Remembers the ids appended to any file since the last call."""
-        for path in sorted(self.directory.rglob("*.jsonl")) if self.directory.exists() else ():
-            start = self.read_to.get(path, 0)
-            if path.stat().st_size <= start:
-                continue
-            with path.open("rb") as lines:
-                lines.seek(start)
-                for line in lines:
-                    if not line.endswith(b"\n"):
-                        break  # being written: read it whole next time
-                    start += len(line)
-                    self._remember(json.loads(line)["event_id"])
-            self.read_to[path] = start
+        for record in self.tail.read_new():
+            self._remember(record["event_id"])
 
     def _remember(self, event_id: str) -> None:
         self.kept[event_id] = None
@@ -122,48 +122,101 @@ class EventLog:
         if len(self.kept) > self.remember:
             self.kept.popitem(last=False)
 
-    def _keep(self, records: list[dict[str, Any]]) -> int:
+    def _keep(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.catch_up()
         new = [r for r in records if r["event_id"] not in self.kept]
         if new:
             self.log.write(new)
             for record in new:
                 self._remember(record["event_id"])
-        return len(new)
+        return new
 
-    async def keep(self, records: list[dict[str, Any]]) -> tuple[int, int]:
-        """(accepted, duplicates), after the new ones are on disk."""
+    async def keep(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records not kept before, once they are on disk."""
         async with self.lock:  # one batch at a time decides what is new
-            accepted = await asyncio.to_thread(self._keep, records)
-        EVENTS.labels("kept").inc(accepted)
-        EVENTS.labels("duplicate").inc(len(records) - accepted)
-        return accepted, len(records) - accepted
+            new = await asyncio.to_thread(self._keep, records)
+        EVENTS.labels("kept").inc(len(new))
+        EVENTS.labels("duplicate").inc(len(records) - len(new))
+        return new
 
     def close(self) -> None:
         self.log.close()
 
 
-def read_events(directory: Path) -> Iterator[dict[str, Any]]:
-    """Every kept event, the first of each event id."""
-    seen: set[str] = set()
-    for record in read_records(directory):
-        if record["event_id"] not in seen:
-            seen.add(record["event_id"])
-            yield record
+def online_events(
+    records: Sequence[dict[str, Any]], schema: CatalogueSchema
+) -> list[fpb.UserEvent]:
+    """The events that change a user's live features, as the features service
+    takes them: a rating with its value (on the features' 0.5-5 scale), a
+    positive event as an implicit interaction (0); exposures and negative
+    events change nothing there."""
+    out = []
+    for record in records:
+        kind = schema.event_types[record["event_type"]]
+        if kind.role == "rating" and kind.min is not None and kind.max is not None:
+            low, high = kind.min, kind.max
+            value = record["value"]
+            if not (low >= 0.5 and high <= 5.0):  # another scale: mapped onto 0.5-5
+                value = 0.5 + 4.5 * (value - low) / ((high - low) or 1.0)
+        elif kind.role == "positive":
+            value = 0.0
+        else:
+            continue
+        event = fpb.UserEvent(user_id=record["user_id"], item_id=record["item_id"], rating=value)
+        event.event_time.FromSeconds(int(record["timestamp"]))
+        out.append(event)
+    return out
 
 
 class EventServicer(events_pb2_grpc.EventServiceServicer):
-    def __init__(self, log: EventLog, schema: Callable[[], CatalogueSchema]) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        schema: Callable[[], CatalogueSchema],
+        features: features_pb2_grpc.FeatureServiceStub | None = None,
+    ) -> None:
         self.log = log
         self.schema = schema
+        self.features = features
 
     async def PushEvents(
         self, request: epb.PushEventsRequest, context: grpc.aio.ServicerContext
     ) -> epb.PushEventsResponse:
+        schema = self.schema()
         try:
-            records = check_events(request.events, self.schema(), time.time())
+            records = check_events(request.events, schema, time.time())
         except InvalidArgument:
             EVENTS.labels("refused").inc(len(request.events))
             raise
-        accepted, duplicates = await self.log.keep(records)
-        return epb.PushEventsResponse(accepted=accepted, duplicates=duplicates)
+        new = await self.log.keep(records)
+        await self.update_online(new, schema, context)
+        return epb.PushEventsResponse(accepted=len(new), duplicates=len(records) - len(new))
+
+    async def update_online(
+        self,
+        records: list[dict[str, Any]],
+        schema: CatalogueSchema,
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        """The users' live features, so their next Recommend reflects the
+        events; with the app's own token. The events are kept already: a
+        features service that fails is counted and logged, not the caller's
+        error."""
+        events = online_events(records, schema)
+        if self.features is None or not events:
+            return
+        token = [(k, v) for k, v in context.invocation_metadata() or () if k == "authorization"]
+        try:
+            await self.features.PushUserEvents(
+                fpb.PushUserEventsRequest(events=events),
+                timeout=ONLINE_TIMEOUT_S,
+                metadata=[*outbound_metadata(), *token],
+            )
+        except grpc.aio.AioRpcError as error:
+            ONLINE.labels("failed").inc(len(events))
+            log.warning(
+                "kept %d events but could not update live features: %s %s",
+                len(events), error.code().name, error.details(),
+            )  # fmt: skip
+            return
+        ONLINE.labels("updated").inc(len(events))

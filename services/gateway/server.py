@@ -117,7 +117,7 @@ async def create_server(settings: GatewaySettings) -> Service:
     registrations = [
         Registration(GatewayServicer(gateway, impressions), SERVICE_NAME),
         Registration(
-            EventServicer(event_log, gateway.catalogue.schema),
+            EventServicer(event_log, gateway.catalogue.schema, gateway.backends.features),
             EVENTS_SERVICE,
             app_methods=frozenset({"PushEvents"}),
         ),

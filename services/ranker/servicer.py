@@ -5,12 +5,13 @@ from __future__ import annotations
 import grpc
 import numpy as np
 from opentelemetry import trace
+from pydantic import ValidationError
 
 from recserve.features.v1 import features_pb2
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_delivery.rollout import Plan, Rollout
-from recserve_delivery.state import Triggers
+from recserve_delivery.state import Guardrail, Triggers
 from recserve_delivery.status import status_message
 from recserve_kit import attributes as attr
 from recserve_kit.deadlines import outbound_timeout
@@ -181,7 +182,31 @@ def plan(request: pb.StartRolloutRequest, settings: RankerSettings) -> Plan:
             max_error_rate=request.max_error_rate or settings.rollout_max_error_rate,
             max_memory_fraction=request.max_memory_fraction or settings.rollout_max_memory_fraction,
         ),
+        guardrail=guardrail(request),
     )
+
+
+GUARDRAIL_FIELDS = {
+    "baseline_rate": "guardrail_baseline_rate",
+    "min_detectable_drop": "guardrail_min_drop",
+    "alpha": "guardrail_alpha",
+    "power": "guardrail_power",
+}
+
+
+def guardrail(request: pb.StartRolloutRequest) -> Guardrail | None:
+    if not request.guardrail_baseline_rate:
+        return None
+    try:
+        return Guardrail(
+            baseline_rate=request.guardrail_baseline_rate,
+            min_detectable_drop=request.guardrail_min_drop or 0.02,
+            alpha=request.guardrail_alpha or 0.05,
+            power=request.guardrail_power or 0.8,
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise InvalidArgument(GUARDRAIL_FIELDS[str(error["loc"][0])], error["msg"]) from None
 
 
 def status(rollout: Rollout, ranker: Ranker) -> pb.RolloutStatus:

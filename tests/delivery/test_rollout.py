@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from bench.simulate import held_out_futures, simulate
 from pipelines.rehearsal import make_version
 from recserve.ranker.v1 import ranker_pb2 as kpb
 from recserve.ranker.v1 import ranker_pb2_grpc
@@ -270,3 +271,43 @@ def test_a_canary_is_refused_when_no_canary_build_runs(stack):
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "no canary build is running" in refused.stdout + refused.stderr
     assert "RECSERVE_STACK_GATEWAY_CANARY_PORT" in refused.stdout + refused.stderr
+
+
+def guarded_rollout(stack, admin, built, version, alpha):
+    """A 50% rollout judged by the guardrail, under simulated users who rate
+    what they really went on to rate (bench/simulate.py's click model)."""
+    futures = held_out_futures(built.directory.parents[1] / "raw")
+    request = kpb.StartRolloutRequest(
+        version=version, steps_percent=[50, 100], soak_s=1, min_requests=5,
+        guardrail_baseline_rate=0.5, guardrail_min_drop=0.5, guardrail_alpha=alpha,
+    )  # fmt: skip
+    assert admin("StartRollout", request).status == "running"
+    token = (stack.data_dir / "auth" / "app.token").read_text().strip()
+
+    def ended(result):
+        return result.lists % 20 == 0 and admin("GetRollout").status not in ("running", "paused")
+
+    result = simulate(stack.envoy_address, token, futures, ended, seed=len(version), max_s=240)
+    done = wait_status(admin, {"promoted", "rolled_back"}, 30)
+    print(f"{version}: {done.status}, {done.reason}; simulated {result.by_version}")  # (-s)
+    return done, result
+
+
+def test_a_worse_model_is_rolled_back_by_the_outcome_guardrail_alone(stack, admin, built):
+    worse = publish_variant(stack, built, "reversed", "reversed")
+    done, result = guarded_rollout(stack, admin, built, worse, alpha=0.05)
+    assert done.status == "rolled_back", done
+    assert done.reason.startswith("conversion"), done.reason  # not latency, errors, memory
+    figures = done.history[-1].figures
+    assert figures["candidate_lists"] >= figures["guardrail_required_lists"]
+    assert figures["candidate_conversion"] < figures["stable_conversion"]
+    stable, candidate = result.by_version[done.stable_version], result.by_version[worse]
+    assert candidate[1] / candidate[0] < stable[1] / stable[0]  # the simulator saw it too
+
+
+def test_an_equal_model_passes_the_guardrail_and_is_promoted(stack, admin, built):
+    same = publish_variant(stack, built, "guarded")
+    # A strict alpha: an equal model is falsely rolled back 1 time in 1,000.
+    done, _ = guarded_rollout(stack, admin, built, same, alpha=0.001)
+    assert done.status == "promoted", done
+    assert done.history[-1].figures["candidate_lists"] >= 115  # the sample, reached first

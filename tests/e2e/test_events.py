@@ -3,8 +3,11 @@ kept on disk before the reply, once per event id (across both gateways), a
 bad batch refused whole naming the field, and nothing acknowledged lost to
 a SIGKILL of the gateway under load."""
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,8 +18,7 @@ from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc, recommend_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
-from recserve_kit.jsonl_log import read_records
-from services.gateway.events import read_events
+from recserve_kit.jsonl_log import read_records, read_unique
 from tests.e2e.test_recommend import post_json
 from tests.helpers import full_answer, poll_until
 
@@ -45,7 +47,7 @@ def as_app(stack):
 
 
 def kept(stack):
-    return {e["event_id"]: e for e in read_events(stack.data_dir / "events" / "app")}
+    return {e["event_id"]: e for e in read_unique(stack.data_dir / "events" / "app", "event_id")}
 
 
 def rating(event_id, item_id="50", value=4.0, **fields):
@@ -168,3 +170,46 @@ def test_no_acknowledged_event_is_lost_to_a_sigkill_under_load(stack, events):
         return len(found) == 2 and all(found) and gateways[0] not in found
 
     poll_until(both_back, 60, 0.2, "the runner to restart the killed gateway")
+
+
+def test_an_event_changes_the_users_next_answer(stack, channel, events):
+    """Freshness: a rating of an item the user is being shown makes it seen,
+    so it leaves their next list (the live features changed)."""
+    recommend = recommend_pb2_grpc.RecommendServiceStub(channel)
+    before = full_answer(recommend, "77", k=10)
+    first = before.items[0].item_id
+    event = rating("fresh-77", first, 4.0, recommendation_id=before.recommendation_id)
+    event.user_id = "77"
+    events.PushEvents(epb.PushEventsRequest(events=[event]), metadata=as_app(stack), timeout=5)
+
+    def changed():
+        after = full_answer(recommend, "77", k=10)
+        return after if first not in [i.item_id for i in after.items] else None
+
+    after = poll_until(changed, 10, 0.1, f"item {first} to leave user 77's list")
+    assert len(after.items) == 10
+
+
+def test_the_outcome_report_joins_events_to_what_was_shown(stack, channel, events, tmp_path):
+    recommend = recommend_pb2_grpc.RecommendServiceStub(channel)
+    shown = full_answer(recommend, "55", k=5, surface="outcome-test")
+    liked = rating(
+        "outcome-1", shown.items[2].item_id, 5.0, recommendation_id=shown.recommendation_id
+    )
+    liked.user_id = "55"
+    events.PushEvents(epb.PushEventsRequest(events=[liked]), metadata=as_app(stack), timeout=5)
+    out = tmp_path / "outcomes.json"
+
+    def reported():
+        subprocess.run(
+            [sys.executable, "-m", "pipelines", "outcomes", "--data-dir", str(stack.data_dir),
+             "--out", str(out)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        cells = json.loads(out.read_text())["cells"]
+        mine = [c for c in cells if c["surface"] == "outcome-test"]
+        return mine or None  # the impression is written within 0.2 s
+
+    (cell,) = poll_until(reported, 20, 0.5, "the impression in the report")
+    assert cell["model_version"] == shown.model_version and cell["lists"] == 1
+    assert cell["converted"] == 1 and cell["events"] == {"rating": 1}

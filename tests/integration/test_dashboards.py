@@ -13,6 +13,8 @@ from prometheus_client import REGISTRY
 
 import services.features.domain
 import services.gateway.domain
+import services.gateway.events
+import services.gateway.impressions
 import services.ranker.domain  # noqa: F401  (rollout, shadow and Triton-memory metrics)
 from recserve_kit import attributes
 from recserve_kit.server import RPC_DURATION  # noqa: F401

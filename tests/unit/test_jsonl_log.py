@@ -6,7 +6,7 @@ close is written."""
 import json
 import time
 
-from recserve_kit.jsonl_log import JsonlLog, read_records
+from recserve_kit.jsonl_log import JsonlLog, JsonlTail, read_records
 from tests.helpers import poll_until
 
 
@@ -60,3 +60,21 @@ def test_an_unwritable_directory_keeps_records_queued_and_the_writer_alive(tmp_p
     assert log._thread.is_alive() and len(log.queue) == 1 and log.written == 0
     log._stop.set()
     log._thread.join()
+
+
+def test_a_tail_reads_only_what_was_appended_and_whole_lines(tmp_path):
+    old, today = tmp_path / "2020-01-01", tmp_path / "2026-12-01"
+    old.mkdir()
+    today.mkdir()
+    (old / "00-a.jsonl").write_text('{"n": 0}\n')
+    path = today / "10-a.jsonl"
+    path.write_text('{"n": 1}\n{"n": 2')
+    since = 1764547200.0 + 3600  # 2026-12-01 01:00 UTC: the 2020 folder is skipped
+    tail = JsonlTail(tmp_path, since)
+    assert tail.read_new() == [{"n": 1}]
+    with path.open("a") as out:
+        out.write('}\n{"n": 3}\n')
+    (today / "10-b.jsonl").write_text('{"n": 4}\n')
+    assert tail.read_new() == [{"n": 2}, {"n": 3}, {"n": 4}]
+    assert tail.read_new() == []
+    assert [r["n"] for r in JsonlTail(tmp_path).read_new()] == [0, 1, 2, 3, 4]

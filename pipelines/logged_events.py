@@ -1,0 +1,65 @@
+"""Retraining from what was served: the app events the gateways kept
+(``<data_dir>/events/app``, docs/events.md) added to the base dataset's
+interactions, so the next build learns from what users did with the lists.
+
+Kept: events of a rating type the dataset declares (the build's shape: one
+rating), of users and items the dataset knows, the first of each event id;
+a user's later event on an item replaces an earlier one (the base
+dataset's included). Everything else is counted and left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipelines.dataset import MovieLens
+from recserve_kit.jsonl_log import read_unique
+
+
+@dataclass(frozen=True)
+class LoggedEvents:
+    rows: pd.DataFrame  # user_id, item_id, rating, timestamp: the build's columns
+    skipped: int  # events of another type, or of an unknown user or item
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes with the events used: a build with new events is a new version."""
+        digest = hashlib.sha256()
+        for row in self.rows.itertuples(index=False):
+            digest.update(f"{row.user_id}|{row.item_id}|{row.rating}|{row.timestamp}\n".encode())
+        return digest.hexdigest()[:16]
+
+
+def read_logged(data_dir: Path, data: MovieLens) -> LoggedEvents:
+    directory = data_dir / "events" / "app"
+    ratings = {n for n, kind in data.catalogue.event_types.items() if kind.role == "rating"}
+    users = set(data.users["user_id"])
+    items = set(data.items["item_id"])
+    rows, skipped = [], 0
+    for event in read_unique(directory, "event_id") if directory.exists() else ():
+        known = event["user_id"] in users and event["item_id"] in items
+        if event["event_type"] not in ratings or not known:
+            skipped += 1
+            continue
+        rows.append((event["user_id"], event["item_id"], event["value"], event["timestamp"]))
+    frame = pd.DataFrame(rows, columns=["user_id", "item_id", "rating", "timestamp"])
+    frame = frame.astype({"rating": np.float32, "timestamp": np.int64})
+    return LoggedEvents(frame, skipped)
+
+
+def with_logged(data: MovieLens, logged: LoggedEvents) -> MovieLens:
+    """The dataset with the logged events among its interactions (a new
+    fingerprint when there are any)."""
+    if logged.rows.empty:
+        return data
+    merged = pd.concat([data.interactions, logged.rows], ignore_index=True)
+    merged = merged.sort_values("timestamp", kind="stable")
+    merged = merged.drop_duplicates(["user_id", "item_id"], keep="last").reset_index(drop=True)
+    return replace(
+        data, interactions=merged, fingerprint=f"{data.fingerprint}+events:{logged.fingerprint}"
+    )

@@ -1,0 +1,34 @@
+"""App events on their way to the users' live features: which roles change
+them, and a rating on another scale mapped onto the features' 0.5-5."""
+
+from recserve_model.catalogue import CatalogueSchema, EventKind
+from services.gateway.events import online_events
+
+
+def test_events_reach_the_live_features_on_their_scale():
+    schema = CatalogueSchema(
+        {},
+        {
+            "rating": EventKind("rating", has_value=True, min=1, max=5),
+            "stars10": EventKind("rating", has_value=True, min=1, max=10),
+            "click": EventKind("positive"),
+            "view": EventKind("exposure"),
+            "hide": EventKind("negative"),
+        },
+    )
+    records = [
+        {"user_id": "u", "item_id": str(n), "event_type": t, "value": v, "timestamp": 1700000000}
+        for n, (t, v) in enumerate(
+            [
+                ("rating", 4.0),
+                ("stars10", 10.0),
+                ("stars10", 1.0),
+                ("click", 0),
+                ("view", 0),
+                ("hide", 0),
+            ]
+        )
+    ]
+    sent = online_events(records, schema)
+    assert [(e.item_id, e.rating) for e in sent] == [("0", 4.0), ("1", 5.0), ("2", 0.5), ("3", 0.0)]
+    assert sent[0].event_time.seconds == 1700000000

@@ -1,0 +1,71 @@
+"""The outcome report: impressions joined with app events per version, arm
+and surface; what converts; two arms compared (interval and p-value)."""
+
+import json
+import math
+
+import pytest
+
+from recserve_delivery.outcomes import Cell, compare, outcomes
+from recserve_model.catalogue import CatalogueSchema, EventKind
+
+SCHEMA = CatalogueSchema(
+    {},
+    {
+        "click": EventKind("positive"),
+        "view": EventKind("exposure"),
+        "rating": EventKind("rating", has_value=True, min=1, max=5),
+    },
+)
+
+
+def write(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def impression(rid, arm, items, version="v1", surface="home"):
+    return {"recommendation_id": rid, "model_version": version, "arm": arm,
+            "surface": surface, "items": items}  # fmt: skip
+
+
+def event(eid, rid, item, kind="click", value=0.0):
+    return {"event_id": eid, "recommendation_id": rid, "item_id": item,
+            "event_type": kind, "value": value}  # fmt: skip
+
+
+def test_lists_convert_once_on_a_positive_event_for_an_item_they_showed(tmp_path):
+    write(tmp_path / "events/impressions/d/00-a.jsonl", [
+        impression("r1", "stable", ["1", "2"]),
+        impression("r2", "stable", ["3"]),
+        impression("r3", "candidate", ["4"], version="v2"),
+    ])  # fmt: skip
+    write(tmp_path / "events/app/d/00-a.jsonl", [
+        event("e1", "r1", "1"), event("e2", "r1", "2"),  # one list, converted once
+        event("e1", "r1", "1"),  # a retry kept twice: read once
+        event("e3", "r2", "3", "view"),  # an exposure converts nothing
+        event("e4", "r3", "4", "rating", 4.0),  # a good rating converts
+        event("e5", "r3", "9"),  # an item the list did not show
+        event("e6", "nope", "1"),  # a list no impression records
+    ])  # fmt: skip
+    report = outcomes(tmp_path, SCHEMA)
+    stable = report.cells[("v1", "stable", "home")]
+    assert (stable.lists, stable.items_shown, stable.converted) == (2, 3, 1)
+    assert dict(stable.events) == {"click": 2, "view": 1}
+    candidate = report.cells[("v2", "candidate", "home")]
+    assert (candidate.lists, candidate.converted, candidate.rate) == (1, 1, 1.0)
+    assert report.unattributed == 2
+
+
+def test_two_arms_compared_with_an_interval_and_p_value():
+    same = compare(Cell(lists=1000, converted=100), Cell(lists=1000, converted=100))
+    assert same.difference == 0 and same.p_value == pytest.approx(1.0)
+    assert same.low < 0 < same.high
+    better = compare(Cell(lists=2000, converted=200), Cell(lists=2000, converted=280))
+    assert better.difference == pytest.approx(0.04) and better.p_value < 0.001
+    assert 0 < better.low < 0.04 < better.high
+    # z = 0.04 / sqrt(p(1-p)(2/2000)) with p = 0.12
+    z = 0.04 / math.sqrt(0.12 * 0.88 * (2 / 2000))
+    assert better.p_value == pytest.approx(math.erfc(z / math.sqrt(2)), rel=1e-6)
+    empty = compare(Cell(), Cell(lists=10, converted=1))
+    assert empty.p_value == 1.0
