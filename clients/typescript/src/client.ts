@@ -46,6 +46,9 @@ export interface CallOptions {
 
 export interface RecommendOptions extends CallOptions {
   attributes?: UserAttributes;
+  /** Rank with this loaded model version (a rollout's stable or candidate),
+   * to compare lists side by side; implies `debug`. */
+  modelVersion?: string;
 }
 
 export interface SimilarOptions extends CallOptions {
@@ -110,7 +113,8 @@ export class RecserveClient {
       userId,
       k: options.k ?? 10,
       filter: itemFilter(options),
-      debug: options.debug ?? false,
+      debug: (options.debug ?? false) || Boolean(options.modelVersion),
+      modelVersion: options.modelVersion ?? "",
       attributes: options.attributes,
       surface: options.surface ?? "",
     });

@@ -2,7 +2,12 @@
 // (host:port) says where; without it these tests are skipped.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { InvalidRequestError, NotFoundError, RecserveClient } from "../src/index.js";
+import {
+  InvalidRequestError,
+  NotFoundError,
+  RecserveClient,
+  type RecommendOptions,
+} from "../src/index.js";
 
 const target = process.env.RECSERVE_ENVOY_ADDRESS;
 const skip = target ? false : "RECSERVE_ENVOY_ADDRESS is not set";
@@ -10,9 +15,9 @@ const attempts: string[] = [];
 const client = new RecserveClient({ target, onAttempt: (method) => attempts.push(method) });
 after(() => client.close());
 
-async function fullAnswer(userId: string) {
+async function fullAnswer(userId: string, options: RecommendOptions = {}) {
   for (let n = 0; n < 50; n++) {
-    const answer = await client.recommend(userId, { k: 10, debug: true });
+    const answer = await client.recommend(userId, { k: 10, debug: true, ...options });
     if (!answer.degraded) return answer;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
@@ -32,6 +37,12 @@ test("a user's list: sorted, titled, timed", { skip }, async () => {
 
 test("debug answers explain each item", { skip }, async () => {
   const answer = await fullAnswer("42");
+  const pinned = await fullAnswer("42", { modelVersion: answer.modelVersion });
+  assert.equal(pinned.modelVersion, answer.modelVersion);
+  await assert.rejects(
+    client.recommend("42", { modelVersion: "no-such-version" }),
+    NotFoundError,
+  );
   for (const item of answer.items) {
     assert.ok(item.explanation, `no explanation for ${item.itemId}`);
     assert.equal(item.explanation.stage, "rank");
