@@ -44,8 +44,15 @@ def test_recommend_and_similar_items_return_only_matching_items(stub, year_of):
     assert all("Comedy" in i.categories for i in both.items)
     old = pb.AttributeFilter(name="year", max=1960)
     request = pb.SimilarItemsRequest(item_id="1", k=10, filter=pb.ItemFilter(attributes=[old]))
-    similar = stub.SimilarItems(request, timeout=2)
-    assert len(similar.items) == 10 and all(year_of[i.item_id] <= 1960 for i in similar.items)
+
+    def full_similar():
+        reply = stub.SimilarItems(request, timeout=2)
+        # A degraded answer (a stage late on a busy host) honours the filter too.
+        assert all(year_of[i.item_id] <= 1960 for i in reply.items)
+        return None if reply.degraded else reply
+
+    similar = poll_until(full_similar, 30, 0.2, "a full SimilarItems answer")
+    assert len(similar.items) == 10
 
 
 def test_a_degraded_answer_honours_the_filter_too(stub, year_of):
