@@ -7,6 +7,8 @@ import asyncio
 import random
 import shutil
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -136,3 +138,25 @@ def full_answer(
         return reply if not reply.degraded else None
 
     return poll_until(attempt, timeout_s, 0.2, "a full (not degraded) answer")
+
+
+PERMISSION_DENIED = 13
+# A process of another user, connecting to a socket: the exit code says how far it got.
+OTHER_USER_CONNECT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1])
+except PermissionError:
+    sys.exit(13)  # PERMISSION_DENIED
+sys.exit(0)
+"""
+
+
+def connect_as_nobody(path: Path) -> int:
+    """Exit code of a process of user nobody connecting to the socket at
+    ``path``: PERMISSION_DENIED, or 0 when it got in (the caller is root)."""
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    return subprocess.run(
+        [python, "-I", "-S", "-c", OTHER_USER_CONNECT, str(path)], user="nobody"
+    ).returncode

@@ -53,6 +53,13 @@ class RunningStack:
         ports = [self.port("gateway"), *extra]
         return [transport.channel(f"127.0.0.1:{port}", self.tls) for port in ports]
 
+    @property
+    def socket_dir(self) -> Path:
+        """Where the stack's processes call each other (Unix sockets)."""
+        from recserve_stack.settings import StackSettings
+
+        return StackSettings(data_dir=self.data_dir).socket_dir
+
     def internal_aio_channel(self, name: str) -> grpc.aio.Channel:
         return transport.aio_channel(f"127.0.0.1:{self.port(name)}", self.tls)
 

@@ -27,14 +27,31 @@ def service_environment(settings: StackSettings) -> dict[str, str]:
         if settings.tls:
             env[prefix + "TLS_DIR"] = str(settings.tls_dir)
             env[prefix + "ADMIN_JWKS"] = str(settings.data_dir / "auth" / "jwks.json")
+        if settings.unix_sockets:
+            env[prefix + "SOCKET"] = str(settings.socket(name))
+    # Triton listens on TCP only (it appends a port to any address).
     env["RECSERVE_RANKER_TRITON_URL"] = f"{host}:{settings.triton_grpc_port}"
     metrics = f"http://{host}:{settings.triton_metrics_port}/metrics"
     env["RECSERVE_RANKER_TRITON_METRICS_URL"] = metrics
-    env["RECSERVE_RANKER_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
-    env["RECSERVE_GATEWAY_FEATURES_ADDR"] = f"{host}:{settings.features_port}"
-    env["RECSERVE_GATEWAY_RETRIEVER_ADDR"] = f"{host}:{settings.retriever_port}"
-    env["RECSERVE_GATEWAY_RANKER_ADDR"] = f"{host}:{settings.ranker_port}"
+    env["RECSERVE_RANKER_FEATURES_ADDR"] = internal_address(settings, "features")
+    env["RECSERVE_GATEWAY_FEATURES_ADDR"] = internal_address(settings, "features")
+    env["RECSERVE_GATEWAY_RETRIEVER_ADDR"] = internal_address(settings, "retriever")
+    env["RECSERVE_GATEWAY_RANKER_ADDR"] = internal_address(settings, "ranker")
     return env
+
+
+def internal_address(settings: StackSettings, name: str) -> str:
+    """Where the stack's own processes call ``name``: its socket, or its port."""
+    if settings.unix_sockets:
+        return f"unix:{settings.socket(name)}"
+    return f"{settings.host}:{getattr(settings, f'{name}_port')}"
+
+
+def ensure_socket_dir(settings: StackSettings) -> None:
+    """The sockets' directory, this user's alone (services refuse any other)."""
+    if settings.unix_sockets:
+        settings.socket_dir.mkdir(parents=True, exist_ok=True)
+        settings.socket_dir.chmod(0o700)
 
 
 AFTER = {"ranker": ("triton", "features"), "gateway": ("features", "retriever", "ranker")}
@@ -71,6 +88,11 @@ def gateway_process(
             **env,
             "RECSERVE_GATEWAY_PORT": str(port),
             "RECSERVE_GATEWAY_METRICS_PORT": str(settings.metrics_port("gateway", replica)),
+            **(
+                {"RECSERVE_GATEWAY_SOCKET": str(settings.socket(name))}
+                if settings.unix_sockets
+                else {}
+            ),
         },
         cwd=ROOT,
         address=address,
@@ -81,8 +103,10 @@ def gateway_process(
 def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
     """The extra gateways, then the canary build's gateway when one is set."""
     replicas = [
-        gateway_process(settings, f"gateway-{n}", port, n - 1, env)
-        for n, port in enumerate(settings.gateway_extra_ports, start=2)
+        gateway_process(settings, name, port, replica, env)
+        for replica, (name, port) in enumerate(
+            zip(settings.gateway_names[1:], settings.gateway_extra_ports, strict=True), start=1
+        )
     ]
     if settings.gateway_canary_port:
         replica = len(settings.gateway_extra_ports) + 1
@@ -99,6 +123,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
     auth.ensure_keys(settings.data_dir / "auth")
     if settings.tls:
         pki.ensure_pki(settings.tls_dir)
+    ensure_socket_dir(settings)
     env = {**os.environ, **service_environment(settings), "PYTHONUNBUFFERED": "1"}
     if "OTEL_TRACES_SAMPLER" not in os.environ:
         # Exporting every span cost the gateway a fifth of its CPU under load
@@ -127,6 +152,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
                 "warn",
                 # Several Envoys may share a machine (tests); no hot restart.
                 "--disable-hot-restart",
+                *(["--concurrency", str(settings.envoy_workers)] if settings.envoy_workers else []),
             ],
             ready=functools.partial(http_ok, f"{envoy_admin}/ready"),
             address=f"{settings.host}:{settings.envoy_port}",

@@ -78,6 +78,37 @@ def endpoints(host: str, ports: list[int]) -> str:
     )
 
 
+def pipe_endpoints(paths: list[Path]) -> str:
+    """lb_endpoints entries for Unix sockets: plaintext HTTP/2, no TLS to do."""
+    return "\n".join(
+        "              - endpoint:\n"
+        "                  address:\n"
+        f"                    pipe: {{ path: {path} }}"
+        for path in paths
+    )
+
+
+def gateway_endpoints(settings: StackSettings) -> dict[str, str]:
+    """The gateway clusters' endpoints and transport: sockets on one host,
+    else ports with mutual TLS."""
+    canary = "gateway-canary" if settings.gateway_canary_port else "gateway"
+    if settings.unix_sockets:
+        return {
+            "gateway_endpoints": pipe_endpoints(
+                [settings.socket(name) for name in settings.gateway_names]
+            ),
+            "gateway_canary_endpoints": pipe_endpoints([settings.socket(canary)]),
+            "gateway_tls": "",
+        }
+    return {
+        "gateway_endpoints": endpoints(settings.host, settings.gateway_ports),
+        # No canary process: the cluster points at the gateway, weight 0.
+        "gateway_canary_endpoints": endpoints(
+            settings.host, [settings.gateway_canary_port or settings.gateway_port]
+        ),
+    }
+
+
 UPSTREAM_TLS = """\
       # Mutual TLS to the service: Envoy shows its own certificate and takes
       # only the service's, signed by the stack's CA.
@@ -131,11 +162,6 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
         "admin_port": settings.envoy_admin_port,
         "listen_host": settings.host,
         "listen_port": settings.envoy_port,
-        "gateway_endpoints": endpoints(settings.host, settings.gateway_ports),
-        # No canary process: the cluster points at the gateway, weight 0.
-        "gateway_canary_endpoints": endpoints(
-            settings.host, [settings.gateway_canary_port or settings.gateway_port]
-        ),
         "features_host": settings.host,
         "features_port": settings.features_port,
         "retriever_host": settings.host,
@@ -154,6 +180,7 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
         # output), to stdout in a container (the engine keeps the logs).
         **access_log(settings.data_dir / "logs" / ENVOY_ACCESS_LOG),
         **upstream_tls(settings.tls_dir if settings.tls else None),
+        **gateway_endpoints(settings),
     }
     endpoint = otlp_endpoint()
     if endpoint is not None:

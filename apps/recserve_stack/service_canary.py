@@ -58,7 +58,7 @@ class EnvoyAdmin:
         return {k: v.get("final_value", "") for k, v in entries.items()}
 
     def cluster_hosts(self, cluster: str) -> dict[str, bool]:
-        """Each host of ``cluster`` ("address:port") and whether Envoy's
+        """Each host of ``cluster`` ("address:port", or a socket's path) and whether Envoy's
         health checks pass on it."""
         with urllib.request.urlopen(
             f"{self.url}/clusters?format=json", timeout=self.timeout_s
@@ -69,11 +69,17 @@ class EnvoyAdmin:
             if status.get("name") != cluster:
                 continue
             for host in status.get("host_statuses", []):
-                socket = host.get("address", {}).get("socket_address", {})
+                address = host.get("address", {})
+                socket = address.get("socket_address", {})
                 health = host.get("health_status", {})
                 failed = any(k.startswith("failed") and v for k, v in health.items())
                 healthy = health.get("eds_health_status", "HEALTHY") == "HEALTHY" and not failed
-                hosts[f"{socket.get('address')}:{socket.get('port_value')}"] = healthy
+                name = (
+                    address["pipe"]["path"]
+                    if "pipe" in address
+                    else f"{socket.get('address')}:{socket.get('port_value')}"
+                )
+                hosts[name] = healthy
         return hosts
 
     def cluster_stats(self, cluster: str) -> dict[str, Any]:

@@ -7,14 +7,18 @@ same names the Compose files use.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parents[2]
+# Room in a socket address after the directory for "/gateway-canary.sock".
+SOCKET_DIR_MAX = 107 - len("/gateway-canary.sock")
 
 
 def default_extra_gateways() -> list[int]:
@@ -30,6 +34,13 @@ class StackSettings(BaseSettings):
         description="Artifacts, stores, certificates, keys, logs and traces of the stack.",
     )
     envoy_port: int = Field(8080, ge=1, le=65535, description="Envoy's public listener.")
+    envoy_workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Envoy's worker threads (--concurrency); 0: one per core, as Envoy "
+        "does by default.",
+    )
     envoy_admin_port: int = Field(
         9901, ge=1, le=65535, description="Envoy's admin interface (loopback only)."
     )
@@ -90,6 +101,12 @@ class StackSettings(BaseSettings):
         description="Mutual TLS on every internal port (certificates from a local CA in "
         "<data_dir>/tls). False: plaintext on loopback, only to measure what TLS costs.",
     )
+    unix_sockets: bool = Field(
+        True,
+        description="Internal hops between the stack's processes over Unix sockets in a "
+        "directory only this user can open, with local credentials instead of TLS (one "
+        "host). The TCP ports stay, with mutual TLS, for tools and other hosts.",
+    )
     triton_venv: Path = Field(
         ROOT / ".venv-triton",
         description="Triton's own environment (nvidia-pytriton pins numpy<2, Feast needs 2).",
@@ -127,8 +144,26 @@ class StackSettings(BaseSettings):
         return self.data_dir / "tls"
 
     @property
+    def socket_dir(self) -> Path:
+        """<data_dir>/sockets, or a short directory of /tmp named after the data
+        dir where that path would not fit a socket address (108 bytes)."""
+        local = self.data_dir / "sockets"
+        if len(str(local)) <= SOCKET_DIR_MAX:
+            return local
+        digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"recserve-{digest}"
+
+    def socket(self, name: str) -> Path:
+        return self.socket_dir / f"{name}.sock"
+
+    @property
     def gateway_ports(self) -> list[int]:
         return [self.gateway_port, *self.gateway_extra_ports]
+
+    @property
+    def gateway_names(self) -> list[str]:
+        """The process name of each of ``gateway_ports``."""
+        return ["gateway", *(f"gateway-{n}" for n in range(2, len(self.gateway_ports) + 1))]
 
     def metrics_port(self, service: str, replica: int = 0) -> int:
         """Replica 0 of each service, then the extra gateways after the four."""

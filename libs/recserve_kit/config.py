@@ -54,6 +54,11 @@ class ServiceSettings(BaseSettings):
         description="The stack's certificates (ca.pem, <service>.pem and .key, made at "
         "setup): the port and every channel use mutual TLS. Unset: plaintext, loopback only.",
     )
+    socket: Path | None = Field(
+        None,
+        description="Also listen on this Unix socket (local credentials, no TLS) for callers "
+        "on the same host; its directory must be this user's alone (mode 700).",
+    )
     admin_jwks: Path | None = Field(
         None,
         description="The admin key set (JWKS): admin RPCs verify the caller's bearer token "

@@ -82,7 +82,10 @@ class Service:
         await self.health.mark_started()
         self.health.start_probes(self.probes)
         security = "mutual TLS" if self.settings.tls_dir else "plaintext (loopback only)"
-        log.info("serving", extra={"fields": {"address": self.address, "transport": security}})
+        fields = {"address": self.address, "transport": security}
+        if self.settings.socket:
+            fields["socket"] = str(self.settings.socket)
+        log.info("serving", extra={"fields": fields})
 
     async def stop(self, grace_s: float | None = None) -> None:
         """NOT_SERVING, drain, then let in-flight calls finish, then clean up."""
@@ -153,6 +156,11 @@ def build_server(
     port = transport.bind(server, f"{settings.host}:{settings.port}", settings.tls(name))
     if port == 0:
         raise OSError(f"{name}: cannot bind {settings.host}:{settings.port}")
+    # Same-host callers: the file system decides who connects, no TLS.
+    if settings.socket and not transport.bind(
+        server, transport.unix_listener(settings.socket), None
+    ):
+        raise OSError(f"{name}: cannot listen on {settings.socket}")
     return Service(name, settings, server, health_status, port, probes)
 
 

@@ -1,21 +1,32 @@
 """One way to open a port and a channel: mutual TLS when the stack's
-certificates are configured, plaintext on loopback otherwise.
+certificates are configured, plaintext on loopback otherwise, and a Unix
+socket with local credentials between processes of one host.
 
 With ``Tls`` every server demands a client certificate signed by the stack's
 CA and every channel presents its own, so an internal port answers only the
 stack's own components, never another local process. Plaintext is for in-process
 tests and debugging: ``ServiceSettings`` refuses it on any address other than
 loopback.
+
+A ``unix:`` address is a socket in a directory only the stack's user can
+open (mode 0700, checked at bind): the file system decides who may connect,
+so the hop needs no encryption. On one host this saves the TLS record work
+of every call (docs/benchmarks.md, "One host: Unix sockets").
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
+
+UNIX = "unix:"
+# sockaddr_un's sun_path holds 108 bytes with the terminating NUL.
+MAX_SOCKET_PATH = 107
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 # Triton's model-control APIs (load, unload, repository index, shared memory,
@@ -90,7 +101,40 @@ TRITON_KEEPALIVE_FLAGS = [
 ]
 
 
+def socket_dir_problem(directory: Path) -> str | None:
+    """Why ``directory`` may not hold the stack's sockets, or None."""
+    if not directory.is_dir():
+        return f"{directory} is not a directory"
+    mode = directory.stat().st_mode & 0o777
+    if mode & 0o077:
+        return f"{directory} is open to other users (mode {mode:o}; the stack's sockets need 700)"
+    if directory.stat().st_uid != os.getuid():
+        return f"{directory} belongs to another user"
+    return None
+
+
+def unix_listener(path: Path) -> str:
+    """The ``unix:`` address to bind at ``path``: its directory made (0700) or
+    checked, a socket left by an earlier process removed."""
+    if len(str(path)) > MAX_SOCKET_PATH:
+        raise ValueError(f"socket path {path} is longer than {MAX_SOCKET_PATH} bytes")
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    problem = socket_dir_problem(path.parent)
+    if problem:
+        raise PermissionError(f"cannot listen on {path}: {problem}")
+    if path.is_socket():
+        path.unlink()
+    return UNIX + str(path)
+
+
+def local_credentials() -> tuple[grpc.ServerCredentials, grpc.ChannelCredentials]:
+    kind = grpc.LocalConnectionType.UDS
+    return grpc.local_server_credentials(kind), grpc.local_channel_credentials(kind)
+
+
 def bind(server: grpc.aio.Server, address: str, tls: Tls | None) -> int:
+    if address.startswith(UNIX):
+        return server.add_secure_port(address, local_credentials()[0])
     if tls is None:
         return server.add_insecure_port(address)
     return server.add_secure_port(address, tls.server_credentials())
@@ -99,6 +143,8 @@ def bind(server: grpc.aio.Server, address: str, tls: Tls | None) -> int:
 def aio_channel(
     address: str, tls: Tls | None, options: Sequence[tuple[str, Any]] = ()
 ) -> grpc.aio.Channel:
+    if address.startswith(UNIX):
+        return grpc.aio.secure_channel(address, local_credentials()[1], options=options)
     if tls is None:
         return grpc.aio.insecure_channel(address, options=options)
     return grpc.aio.secure_channel(address, tls.channel_credentials(), options=options)
@@ -106,6 +152,8 @@ def aio_channel(
 
 def channel(address: str, tls: Tls | None, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
     """A blocking channel (health checks, tools, tests)."""
+    if address.startswith(UNIX):
+        return grpc.secure_channel(address, local_credentials()[1], options=options)
     if tls is None:
         return grpc.insecure_channel(address, options=options)
     return grpc.secure_channel(address, tls.channel_credentials(), options=options)

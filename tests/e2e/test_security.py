@@ -7,11 +7,13 @@ succeeded with no credentials, and Triton's load/unload was open to any
 local process."""
 
 import asyncio
+import os
 import socket
 import urllib.error
 import urllib.request
 
 import grpc
+import psutil
 import pytest
 import tritonclient.grpc.aio as triton_aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -25,6 +27,8 @@ from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_stack.service_canary import EnvoyAdmin
+from tests.helpers import PERMISSION_DENIED, connect_as_nobody
 
 INTERNAL = ("gateway", "features", "retriever", "ranker", "triton_grpc")
 
@@ -144,3 +148,28 @@ def test_tritons_model_control_answers_only_the_rankers_secret(stack):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(unload, timeout=5)
     assert "restricted" in refused.value.read().decode()
+
+
+@pytest.mark.local_stack_only
+def test_processes_of_one_host_call_each_other_on_sockets_of_the_stacks_user(stack):
+    """Envoy and the gateways reach the services over Unix sockets in a
+    directory only the stack's user can open; no TCP connection is left
+    between them (TCP with mutual TLS stays for tools and other hosts)."""
+    sockets = stack.socket_dir
+    assert sockets.stat().st_mode & 0o777 == 0o700 and sockets.stat().st_uid == os.getuid()
+    expected = {
+        f"{name}.sock" for name in ("gateway", "gateway-2", "features", "retriever", "ranker")
+    }
+    assert expected <= {path.name for path in sockets.iterdir()}
+    admin = EnvoyAdmin(f"http://127.0.0.1:{stack.port('envoy_admin')}")
+    assert set(admin.cluster_hosts("gateway")) == {
+        str(sockets / "gateway.sock"),
+        str(sockets / "gateway-2.sock"),
+    }
+    service_ports = {stack.port(name) for name in ("features", "retriever", "ranker")}
+    for pid in stack.component_pids("services.gateway"):
+        tcp = psutil.Process(pid).net_connections(kind="tcp")
+        assert not [c for c in tcp if c.raddr and c.raddr.port in service_ports], tcp
+    if os.getuid() == 0:
+        # Another user of the machine cannot even open the sockets.
+        assert connect_as_nobody(sockets / "gateway.sock") == PERMISSION_DENIED

@@ -1,5 +1,6 @@
 """The local stack's wiring: two gateways by default, each with its own
-ports, both behind Envoy; one when asked."""
+ports and socket, both behind Envoy; one when asked; the processes call each
+other on Unix sockets unless told to use the ports."""
 
 from pathlib import Path
 
@@ -9,7 +10,9 @@ from recserve_stack.settings import StackSettings
 
 
 def test_two_gateways_with_their_own_ports_behind_envoy(tmp_path: Path):
-    settings = StackSettings(data_dir=tmp_path, gateway_port=50051, gateway_extra_ports=[50061])
+    settings = StackSettings(
+        data_dir=tmp_path, gateway_port=50051, gateway_extra_ports=[50061], unix_sockets=False
+    )
     components = {c.name: c for c in stack_components(settings)}
     first, second = components["gateway"], components["gateway-2"]
     assert (first.address, second.address) == ("127.0.0.1:50051", "127.0.0.1:50061")
@@ -25,3 +28,30 @@ def test_one_gateway_when_no_extra_ports(tmp_path: Path):
     settings = StackSettings(data_dir=tmp_path, gateway_extra_ports=[])
     names = [c.name for c in stack_components(settings)]
     assert names.count("gateway") == 1 and not any(n.startswith("gateway-") for n in names)
+
+
+def test_on_one_host_the_processes_call_each_other_on_sockets(tmp_path: Path):
+    settings = StackSettings(data_dir=tmp_path, gateway_extra_ports=[50061], envoy_workers=1)
+    components = {c.name: c for c in stack_components(settings)}
+    sockets = tmp_path / "sockets"
+    assert sockets.stat().st_mode & 0o777 == 0o700
+    gateway, second = components["gateway"].env, components["gateway-2"].env
+    assert gateway is not None and second is not None
+    assert gateway["RECSERVE_GATEWAY_SOCKET"] == str(sockets / "gateway.sock")
+    assert second["RECSERVE_GATEWAY_SOCKET"] == str(sockets / "gateway-2.sock")
+    assert gateway["RECSERVE_GATEWAY_RANKER_ADDR"] == f"unix:{sockets / 'ranker.sock'}"
+    assert gateway["RECSERVE_RANKER_FEATURES_ADDR"] == f"unix:{sockets / 'features.sock'}"
+    # Triton listens on a port only.
+    assert gateway["RECSERVE_RANKER_TRITON_URL"] == f"127.0.0.1:{settings.triton_grpc_port}"
+    config = envoy.render(settings)
+    assert f"pipe: {{ path: {sockets / 'gateway-2.sock'} }}" in config
+    assert "sni: gateway" not in config  # no TLS on the socket
+    assert components["envoy"].argv[-2:] == ["--concurrency", "1"]
+
+
+def test_a_data_dir_too_deep_for_a_socket_address_gets_a_short_one(tmp_path: Path):
+    deep = tmp_path / ("d" * 100)
+    settings = StackSettings(data_dir=deep)
+    assert settings.socket_dir != deep / "sockets"
+    assert len(str(settings.socket("gateway-canary"))) <= 107
+    assert settings.socket_dir == StackSettings(data_dir=deep).socket_dir  # the same each start

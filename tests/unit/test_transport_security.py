@@ -1,10 +1,15 @@
 """Access control at the kit: a service port with the stack's mutual TLS
-takes only callers holding a certificate of the stack's CA, and an admin RPC
-needs the admin token even from such a caller."""
+takes only callers holding a certificate of the stack's CA, a Unix socket
+beside it only processes of the stack's user, and an admin RPC needs the
+admin token even from such a caller."""
 
 import asyncio
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import grpc
 import pytest
@@ -16,6 +21,7 @@ from recserve_kit.config import ServiceSettings
 from recserve_kit.server import Registration, build_server
 from recserve_kit.transport import Tls
 from recserve_stack import auth, pki
+from tests.helpers import PERMISSION_DENIED, connect_as_nobody
 
 SERVICE = "recserve.features.v1.FeatureService"
 
@@ -150,3 +156,76 @@ async def test_the_container_healthcheck_calls_with_the_operators_certificate(se
 
     assert await asyncio.to_thread(exit_code) == 1  # plaintext is refused
     assert await asyncio.to_thread(exit_code, "--tls-dir", str(secrets[0])) == 0
+
+
+@pytest.fixture
+def open_parent():
+    """A directory every user may pass through (pytest's own is its user's),
+    so that only the sockets' directory decides who gets in."""
+    parent = Path(tempfile.mkdtemp(prefix="recserve-sockets-"))
+    parent.chmod(0o755)
+    yield parent
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture
+async def on_a_socket(secrets, open_parent):
+    """A service with mutual TLS on its port and a Unix socket beside it."""
+    tls_dir, jwks, _ = secrets
+    socket_path = open_parent / "sockets" / "features.sock"
+    settings = ServiceSettings(
+        port=0, tls_dir=tls_dir, admin_jwks=jwks, socket=socket_path, shutdown_drain_s=0
+    )
+    servicer = Features()
+    registration = Registration(servicer, SERVICE, admin_methods=frozenset({"PushUserEvents"}))
+    service = build_server("features", settings, [registration])
+    await service.start()
+    try:
+        yield service, servicer, socket_path
+    finally:
+        await service.stop(0)
+
+
+async def test_a_socket_answers_its_own_user_and_still_checks_admin_tokens(on_a_socket, secrets):
+    service, servicer, socket_path = on_a_socket
+    assert socket_path.parent.stat().st_mode & 0o777 == 0o700
+    async with transport.aio_channel(f"unix:{socket_path}", None) as channel:
+        assert (await get_user(channel)).user.found
+        stub = features_pb2_grpc.FeatureServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.PushUserEvents(push_request(), timeout=5)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert servicer.pushed == 0
+        token = (secrets[2] / "admin.token").read_text()
+        reply = await stub.PushUserEvents(
+            push_request(), metadata=(("authorization", f"Bearer {token}"),), timeout=5
+        )
+        assert reply.accepted == 1
+    # The port beside it still takes only the stack's certificates.
+    async with grpc.aio.insecure_channel(service.address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await get_user(channel)
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root")
+async def test_another_user_cannot_open_the_socket(on_a_socket):
+    _, _, socket_path = on_a_socket
+    assert await asyncio.to_thread(connect_as_nobody, socket_path) == PERMISSION_DENIED
+    # The check is the directory's: opened to others, the same user gets in.
+    socket_path.parent.chmod(0o755)
+    socket_path.chmod(0o777)
+    assert await asyncio.to_thread(connect_as_nobody, socket_path) == 0
+
+
+def test_sockets_are_refused_in_a_directory_others_can_open(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with pytest.raises(PermissionError, match="open to other users"):
+        transport.unix_listener(shared / "features.sock")
+    with pytest.raises(ValueError, match="longer than 107 bytes"):
+        transport.unix_listener(tmp_path / ("x" * 120) / "features.sock")
+    made = transport.unix_listener(tmp_path / "own" / "features.sock")
+    assert made == f"unix:{tmp_path / 'own' / 'features.sock'}"
+    assert (tmp_path / "own").stat().st_mode & 0o777 == 0o700
