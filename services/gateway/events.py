@@ -33,6 +33,7 @@ from recserve_kit.jsonl_log import JsonlLog, JsonlTail
 from recserve_kit.tracing import outbound_metadata
 from recserve_kit.validation import check_id
 from recserve_model.catalogue import CatalogueSchema
+from services.gateway.outcome_metrics import OutcomeMetrics
 
 EVENTS = Counter(
     "recserve_gateway_events_total",
@@ -174,10 +175,12 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
         log: EventLog,
         schema: Callable[[], CatalogueSchema],
         features: features_pb2_grpc.FeatureServiceStub | None = None,
+        outcomes: OutcomeMetrics | None = None,
     ) -> None:
         self.log = log
         self.schema = schema
         self.features = features
+        self.outcomes = outcomes or OutcomeMetrics()
 
     async def PushEvents(
         self, request: epb.PushEventsRequest, context: grpc.aio.ServicerContext
@@ -189,6 +192,7 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
             EVENTS.labels("refused").inc(len(request.events))
             raise
         new = await self.log.keep(records)
+        self.outcomes.events(new)
         await self.update_online(new, schema, context)
         return epb.PushEventsResponse(accepted=len(new), duplicates=len(records) - len(new))
 

@@ -20,6 +20,7 @@ from prometheus_client import Counter
 from recserve_delivery import state as rollout_state
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.jsonl_log import JsonlLog
+from services.gateway.outcome_metrics import OutcomeMetrics
 from services.gateway.query import Answer, Query
 
 IMPRESSIONS = Counter(
@@ -71,13 +72,18 @@ class RolloutArms:
 
 
 class Impressions:
-    def __init__(self, log: JsonlLog | None, arms: RolloutArms) -> None:
+    def __init__(
+        self, log: JsonlLog | None, arms: RolloutArms, outcomes: OutcomeMetrics | None = None
+    ) -> None:
         self.log = log
         self.arms = arms
+        self.outcomes = outcomes or OutcomeMetrics()
 
     def record(
         self, recommendation_id: str, kind: str, query: Query, answer: Answer, surface: str
     ) -> None:
+        arm = self.arms.arm(answer.model_version)
+        self.outcomes.shown(recommendation_id, answer.model_version, arm, surface)
         if self.log is None:
             return
         record = {
@@ -89,7 +95,7 @@ class Impressions:
             "surface": surface,
             "items": [i.item_id for i in answer.items],
             "model_version": answer.model_version,
-            "arm": self.arms.arm(answer.model_version),
+            "arm": arm,
             "degraded": answer.degraded,
             "degraded_reason": answer.reason,
             "fallback_source": answer.source,

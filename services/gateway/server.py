@@ -117,7 +117,13 @@ async def create_server(settings: GatewaySettings) -> Service:
     registrations = [
         Registration(GatewayServicer(gateway, impressions), SERVICE_NAME),
         Registration(
-            EventServicer(event_log, gateway.catalogue.schema, gateway.backends.features),
+            EventServicer(
+                event_log,
+                gateway.catalogue.schema,
+                gateway.backends.features,
+                # The lists this gateway showed, to count each event under its list's labels.
+                impressions.outcomes,
+            ),
             EVENTS_SERVICE,
             app_methods=frozenset({"PushEvents"}),
         ),

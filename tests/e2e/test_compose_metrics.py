@@ -2,6 +2,8 @@
 compose.local.yaml's `metrics` profile, scrapes every service and Triton."""
 
 import json
+import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -26,3 +28,21 @@ def test_prometheus_scrapes_every_service(stack):
     query = "http://127.0.0.1:9090/api/v1/query?query=recserve_gateway_concurrency_limit"
     with urllib.request.urlopen(query, timeout=5) as response:
         assert json.load(response)["data"]["result"], "no gateway series in Prometheus"
+
+
+def test_every_dashboard_query_is_promql_prometheus_evaluates(stack):
+    if stack.kind != "compose":
+        pytest.skip("Prometheus runs in the Compose stack only")
+    from tests.integration.test_dashboards import targets
+
+    for panel, target in targets():
+        if "expr" not in target:
+            continue  # a trace (Tempo) query
+        query = urllib.parse.urlencode({"query": target["expr"]})
+        url = f"http://127.0.0.1:9090/api/v1/query?{query}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                status = json.load(response)["status"]
+        except urllib.error.HTTPError as error:  # 400: the query does not parse
+            status = f"{error.code}: {error.read().decode()[:200]}"
+        assert status == "success", (panel["title"], target["expr"], status)

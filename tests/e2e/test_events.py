@@ -13,6 +13,7 @@ import time
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc, recommend_pb2_grpc
@@ -215,3 +216,58 @@ def test_the_outcome_report_joins_events_to_what_was_shown(stack, channel, event
     (cell,) = poll_until(reported, 20, 0.5, "the impression in the report")
     assert cell["model_version"] == shown.model_version and cell["lists"] == 1
     assert cell["converted"] == 1 and cell["events"] == {"rating": 1}
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    )
+
+
+def test_lists_shown_and_their_events_stream_into_prometheus(stack):
+    """Live CTR: one gateway counts the list it served and the event of it
+    under the list's model version and surface; an event of no list apart."""
+    first = stack.gateway_channels()[0]  # one gateway: it remembers its own lists
+    recommend = recommend_pb2_grpc.RecommendServiceStub(first)
+    push = events_pb2_grpc.EventServiceStub(first).PushEvents
+
+    def counts():
+        text = stack.metrics("gateway", 0)
+        return (
+            metric_sum(text, "recserve_gateway_lists_shown_total", surface="live-ctr"),
+            metric_sum(
+                text, "recserve_gateway_list_events_total", surface="live-ctr", event_type="rating"
+            ),
+            metric_sum(text, "recserve_gateway_unattributed_events_total", event_type="rating"),
+        )
+
+    shown_before, attributed_before, _ = counts()
+    shown = full_answer(recommend, "66", k=5, surface="live-ctr")
+    liked = rating(
+        "live-ctr-1", shown.items[0].item_id, 5.0, recommendation_id=shown.recommendation_id
+    )
+    liked.user_id = "66"
+    push(epb.PushEventsRequest(events=[liked]), metadata=as_app(stack), timeout=5)
+    shown_after, attributed_after, unattributed = counts()
+    assert shown_after >= shown_before + 1
+    assert attributed_after == attributed_before + 1
+    text = stack.metrics("gateway", 0)
+    assert (
+        metric_sum(
+            text,
+            "recserve_gateway_list_events_total",
+            surface="live-ctr",
+            model_version=shown.model_version,
+        )
+        == attributed_after
+    )
+    push(
+        epb.PushEventsRequest(events=[rating("live-ctr-2", "1", 3.0)]),
+        metadata=as_app(stack),
+        timeout=5,
+    )
+    assert counts()[2] == unattributed + 1

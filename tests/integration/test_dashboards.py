@@ -15,6 +15,7 @@ import services.features.domain
 import services.gateway.domain
 import services.gateway.events
 import services.gateway.impressions
+import services.gateway.outcome_metrics
 import services.ranker.domain  # noqa: F401  (rollout, shadow and Triton-memory metrics)
 from recserve_kit import attributes
 from recserve_kit.server import RPC_DURATION  # noqa: F401
