@@ -47,6 +47,7 @@ class OutcomeMetrics:
         self.remember = remember
         self._lists: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         self._surfaces: set[str] = set()
+        self._interned: dict[tuple[str, str, str], tuple[str, str, str]] = {}
 
     def _surface(self, surface: str) -> str:
         if surface in self._surfaces:
@@ -58,6 +59,7 @@ class OutcomeMetrics:
 
     def shown(self, recommendation_id: str, model_version: str, arm: str, surface: str) -> None:
         labels = (model_version or NO_VERSION, arm or "none", self._surface(surface))
+        labels = self._interned.setdefault(labels, labels)  # one tuple per label set
         SHOWN.labels(*labels).inc()
         self._lists[recommendation_id] = labels
         if len(self._lists) > self.remember:
