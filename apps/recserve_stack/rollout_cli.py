@@ -3,10 +3,12 @@ rollout, through Envoy with the admin token (as any admin call)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import grpc
@@ -17,6 +19,8 @@ from rich.table import Table
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_cli import console as cli_console
+from recserve_delivery import state as rollout_state
+from recserve_delivery.experiment import experiment_report
 from recserve_kit.config import load_settings
 from recserve_stack.settings import StackSettings
 
@@ -45,6 +49,10 @@ def _call(method: str, request: Message) -> pb.RolloutStatus:
         sys.exit(1)
 
 
+def utc(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%H:%M:%S")
+
+
 def show(status: pb.RolloutStatus, title: str = "rollout") -> None:
     """The status as a table headed ``<title>: <status>`` (rollout or canary)."""
     table = Table(title=f"{title}: {status.status}", title_justify="left", show_header=False)
@@ -58,7 +66,11 @@ def show(status: pb.RolloutStatus, title: str = "rollout") -> None:
         )
         table.add_row("steps", steps)
         table.add_row("on candidate now", f"{status.share_percent:g}% of users")
-        table.add_row("soak", f"{status.step_elapsed_s:.0f} / {status.soak_s:.0f} s")
+        if status.experiment_until_unix_s:
+            until = status.experiment_until_unix_s
+            table.add_row("experiment ends", f"{utc(until)} UTC ({until - time.time():.0f} s)")
+        else:
+            table.add_row("soak", f"{status.step_elapsed_s:.0f} / {status.soak_s:.0f} s")
         table.add_row("shadow", f"{status.shadow_percent:g}% of stable requests")
     elif status.candidate_version:
         table.add_row("last candidate", status.candidate_version)
@@ -78,8 +90,7 @@ def show(status: pb.RolloutStatus, title: str = "rollout") -> None:
         for column in ("when (UTC)", "action", "share", "reason"):
             history.add_column(column)
         for d in status.history[-10:]:
-            when = datetime.fromtimestamp(d.at_unix_s, UTC).strftime("%H:%M:%S")
-            history.add_row(when, d.action, f"{d.share_percent:g}%", d.reason)
+            history.add_row(utc(d.at_unix_s), d.action, f"{d.share_percent:g}%", d.reason)
         console.print(history)
 
 
@@ -104,8 +115,16 @@ def start(
     ] = 0,
     guardrail_alpha: Annotated[float, typer.Option(min=0, max=0.5, help="0: 0.05.")] = 0,
     guardrail_power: Annotated[float, typer.Option(min=0, max=1, help="0: 0.8.")] = 0,
+    experiment_s: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="An A/B experiment for this many seconds at one split (--steps, default 50) "
+            "instead of a rollout: never promoted by the judge; `rollout report` at the end.",
+        ),
+    ] = 0,
 ) -> None:
-    """Start moving users to VERSION."""
+    """Start moving users to VERSION (or an A/B experiment of it)."""
     request = pb.StartRolloutRequest(
         version=version,
         steps_percent=[float(s) for s in steps.split(",") if s.strip()],
@@ -119,6 +138,7 @@ def start(
         guardrail_min_drop=guardrail_min_drop,
         guardrail_alpha=guardrail_alpha,
         guardrail_power=guardrail_power,
+        experiment_s=experiment_s,
     )
     show(_call("StartRollout", request))
 
@@ -150,6 +170,48 @@ def wait(
     if expect and status.status != expect:
         console.print(f"[red]the rollout ended {status.status}, not {expect}[/]")
         raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    data_dir: Annotated[
+        Path | None, typer.Option(help="The stack's data directory; default the stack's.")
+    ] = None,
+    baseline_rate: Annotated[
+        float,
+        typer.Option(min=0, max=1, help="Plan the sample from this conversion (no guardrail)."),
+    ] = 0,
+    out: Annotated[Path | None, typer.Option(help="Also write the report as JSON here.")] = None,
+) -> None:
+    """The last experiment's (or rollout's) arms from the gateways' logs: the
+    candidate against the stable, and whether the planned sample was reached."""
+    data_dir = data_dir or load_settings(StackSettings).data_dir
+    state = rollout_state.load(data_dir)
+    if state is None or not state.candidate:
+        console.print("[red]no experiment or rollout has started here[/]")
+        raise typer.Exit(1)
+    result = experiment_report(data_dir, state, time.time(), baseline_rate)
+    table = Table(
+        title=f"{result.candidate} against {result.stable}: {result.status}, "
+        f"{result.share_percent:g}% of users, {utc(result.started_at)}-{utc(result.ended_at)} UTC",
+        title_justify="left",
+    )
+    for column in ("arm", "version", "lists", "converted", "conversion"):
+        table.add_column(column, justify="left" if column in ("arm", "version") else "right")
+    for arm, version in (("stable", result.stable), ("candidate", result.candidate)):
+        cell = result.arms[arm]
+        table.add_row(arm, version, str(cell.lists), str(cell.converted), f"{cell.rate:.2%}")
+    console.print(table)
+    c = result.comparison
+    console.print(
+        f"difference {c.difference:+.2%} (95% interval {c.low:+.2%} to {c.high:+.2%}), "
+        f"p {f'= {c.p_value:.3g}' if c.p_value > 0 else '< 1e-15'} (two-sided)"
+    )
+    if result.required_lists is not None:
+        reached = "reached" if result.reached else "NOT reached: read the interval, not the p"
+        console.print(f"planned sample: {result.required_lists} lists per arm, {reached}")
+    if out is not None:
+        out.write_text(json.dumps(result.as_dict(), indent=2))
 
 
 def add_actions(

@@ -125,11 +125,16 @@ class ArmOutcomes:
     kept up with the logs as they grow (every gateway's files)."""
 
     def __init__(
-        self, data_dir: Path, schema: CatalogueSchema, versions: dict[str, str], since: float
+        self,
+        data_dir: Path,
+        schema: CatalogueSchema,
+        versions: dict[str, str],
+        since: float,
+        until: float = math.inf,
     ) -> None:
         self.schema = schema
         self.versions = versions  # model version -> arm ("stable", "candidate")
-        self.since = since
+        self.since, self.until = since, until  # lists shown in this window
         self.impressions = JsonlTail(data_dir / "events" / "impressions", since)
         self.events = JsonlTail(data_dir / "events" / "app", since)
         self.shown: dict[str, tuple[str, frozenset[str]]] = {}  # list -> arm, items
@@ -141,7 +146,8 @@ class ArmOutcomes:
         for impression in self.impressions.read_new():
             arm = self.versions.get(impression["model_version"])
             rid = impression["recommendation_id"]
-            if arm is None or impression["at"] < self.since or rid in self.shown:
+            at = impression["at"]
+            if arm is None or not self.since <= at <= self.until or rid in self.shown:
                 continue
             self.shown[rid] = (arm, frozenset(impression["items"]))
             self.cells[arm].lists += 1

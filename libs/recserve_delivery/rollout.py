@@ -125,12 +125,20 @@ class Plan:
     shadow_percent: float
     triggers: Triggers
     guardrail: Guardrail | None = None
+    experiment_s: float = 0.0  # > 0: an A/B experiment of this long at one split
 
     def check(self) -> None:
         steps = self.steps_percent
         if not steps or any(not 0 < s <= 100 for s in steps):
             raise InvalidArgument("steps_percent", "each step must be in (0, 100]")
-        if any(b <= a for a, b in itertools.pairwise(steps)) or steps[-1] != 100:
+        if self.experiment_s < 0:
+            raise InvalidArgument("experiment_s", "must be 0 (a rollout) or more")
+        if self.experiment_s:
+            if len(steps) != 1 or steps[0] >= 100:
+                raise InvalidArgument(
+                    "steps_percent", "an experiment holds one split: one share below 100"
+                )
+        elif any(b <= a for a, b in itertools.pairwise(steps)) or steps[-1] != 100:
             raise InvalidArgument("steps_percent", "must increase and end at 100")
         if not 0 <= self.shadow_percent <= 100:
             raise InvalidArgument("shadow_percent", "must be in [0, 100]")
@@ -199,11 +207,13 @@ class Rollout:
             triggers=plan.triggers,
             guardrail=plan.guardrail,
             started_at=self.clock(),
+            experiment_until=self.clock() + plan.experiment_s if plan.experiment_s else 0.0,
             history=self.state.history,
         )
         self._arms = None
         self._new_step()
-        self._decide("start", f"candidate {plan.candidate} at {plan.steps_percent[0]:g}%")
+        what = f"experiment of {plan.experiment_s:g} s" if plan.experiment_s else "candidate"
+        self._decide("start", f"{what} {plan.candidate} at {plan.steps_percent[0]:g}%")
 
     def resumed_after_restart(self) -> None:
         """Resume at the persisted step: its soak and figures start over."""
@@ -249,7 +259,7 @@ class Rollout:
         else:
             share = s.share_percent  # the last step's: 100%
             s.status = "promoted"
-            s.stable, s.reason = s.candidate, reason
+            s.stable, s.reason, s.ended_at = s.candidate, reason, self.clock()
             self._decide("promote", f"{s.candidate} is stable: {reason}", figures, share)
 
     def rollback(self, reason: str, figures: dict[str, float] | None = None) -> None:
@@ -257,13 +267,25 @@ class Rollout:
         share = self.state.share_percent
         self.state.status = "rolled_back"
         self.state.reason = reason
+        self.state.ended_at = self.clock()
         self._decide("rollback", reason, figures, share)
+
+    def conclude(self, reason: str, figures: dict[str, float] | None = None) -> None:
+        """An experiment's end: every user back on the stable; the candidate
+        stays named, and the window is the report's."""
+        self._require("running", "paused")
+        share = self.state.share_percent
+        self.state.status = "concluded"
+        self.state.reason = reason
+        self.state.ended_at = self.clock()
+        self._decide("conclude", reason, figures, share)
 
     def abort(self) -> None:
         self._require("running", "paused")
         share = self.state.share_percent
         self.state.status = "aborted"
         self.state.reason = "by the operator"
+        self.state.ended_at = self.clock()
         self._decide("abort", "by the operator", share=share)
 
     def tick(self, memory_fraction: float | None, figures: Figures | None = None) -> Verdict | None:
@@ -284,6 +306,8 @@ class Rollout:
             self.rollback(verdict.reason, verdict.figures)
         elif verdict.action == "promote":
             self.promote(verdict.reason, verdict.figures)
+        elif verdict.action == "conclude":
+            self.conclude(verdict.reason, verdict.figures)
         else:
             self.metrics.decisions.labels("hold").inc()
             now = self.clock()

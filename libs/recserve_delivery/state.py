@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from recserve_delivery.outcomes import Cell, compare, required_lists
 
-Status = Literal["idle", "running", "paused", "promoted", "rolled_back", "aborted"]
+Status = Literal["idle", "running", "paused", "promoted", "rolled_back", "aborted", "concluded"]
 ACTIVE: frozenset[str] = frozenset({"running", "paused"})
 HISTORY = 50  # decisions kept in the file (all of them go to the log)
 
@@ -69,6 +69,10 @@ class RolloutState(BaseModel):
     triggers: Triggers = Field(default_factory=Triggers)
     guardrail: Guardrail | None = None
     started_at: float = 0.0  # the rollout's start: the guardrail's sample since then
+    # An A/B experiment: one split held until then, never promoted by the
+    # judge; at the end every user is back on the stable ("concluded").
+    experiment_until: float = 0.0
+    ended_at: float = 0.0
     step_started_at: float = 0.0
     reason: str = ""
     history: list[Decision] = Field(default_factory=list)
@@ -150,7 +154,7 @@ class Figures:
 
 @dataclass(frozen=True)
 class Verdict:
-    action: Literal["promote", "hold", "rollback"]
+    action: Literal["promote", "hold", "rollback", "conclude"]
     reason: str
     figures: dict[str, float] = field(default_factory=dict)
 
@@ -206,6 +210,13 @@ def judge(
     guarded = guardrail_verdict(state, figures, seen)
     if guarded is not None and guarded.action == "rollback":
         return guarded
+    if state.experiment_until:
+        # Triggers and the guardrail's rollback protect an experiment too;
+        # its end is the clock's, whatever the sample (the report says).
+        left = state.experiment_until - now
+        if left <= 0:
+            return Verdict("conclude", "the experiment's time is up", seen)
+        return Verdict("hold", f"experiment: {left:.0f} s left", seen)
     if state.status == "paused":
         return Verdict("hold", "paused by the operator", seen)
     if guarded is not None:

@@ -35,6 +35,8 @@ def status_message(rollout: Rollout) -> pb.RolloutStatus:
         shadow_percent=s.shadow_percent,
         reason=s.reason,
         history=[decision(d) for d in s.history],
+        experiment_until_unix_s=s.experiment_until,
+        ended_at_unix_s=s.ended_at,
     )
     if rollout.last is not None and s.active:
         last = rollout.last

@@ -173,7 +173,9 @@ def plan(request: pb.StartRolloutRequest, settings: RankerSettings) -> Plan:
     """The request's plan; every unset field takes the ranker's default."""
     return Plan(
         candidate=request.version,
-        steps_percent=list(request.steps_percent) or list(settings.rollout_steps_percent),
+        # An experiment's one split defaults to half the users.
+        steps_percent=list(request.steps_percent)
+        or ([50.0] if request.experiment_s else list(settings.rollout_steps_percent)),
         soak_s=request.soak_s or settings.rollout_soak_s,
         min_requests=request.min_requests or settings.rollout_min_requests,
         shadow_percent=request.shadow_percent,
@@ -183,6 +185,7 @@ def plan(request: pb.StartRolloutRequest, settings: RankerSettings) -> Plan:
             max_memory_fraction=request.max_memory_fraction or settings.rollout_max_memory_fraction,
         ),
         guardrail=guardrail(request),
+        experiment_s=request.experiment_s,
     )
 
 

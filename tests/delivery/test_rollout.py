@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -311,3 +312,47 @@ def test_an_equal_model_passes_the_guardrail_and_is_promoted(stack, admin, built
     done, _ = guarded_rollout(stack, admin, built, same, alpha=0.001)
     assert done.status == "promoted", done
     assert done.history[-1].figures["candidate_lists"] >= 115  # the sample, reached first
+
+
+def test_an_ab_experiment_runs_its_time_and_the_report_compares_the_arms(
+    stack, admin, built, tmp_path
+):
+    """Two versions split by user hash for a fixed time under simulated users;
+    the judge never promotes; at the end every user is on the stable, and the
+    report (the operator's CLI) compares the arms over the experiment."""
+    worse = publish_variant(stack, built, "ab", "reversed")
+    request = kpb.StartRolloutRequest(version=worse, experiment_s=20, min_requests=5, soak_s=1)
+    started = admin("StartRollout", request)
+    assert started.status == "running" and list(started.steps_percent) == [50]
+    assert started.experiment_until_unix_s > 0
+    futures = held_out_futures(built.directory.parents[1] / "raw")
+    token = (stack.data_dir / "auth" / "app.token").read_text().strip()
+
+    def ended(result):
+        return result.lists % 20 == 0 and admin("GetRollout").status != "running"
+
+    result = simulate(stack.envoy_address, token, futures, ended, seed=7, max_s=120)
+    done = wait_status(admin, {"concluded"}, 30)
+    assert done.share_percent == 0 and done.ended_at_unix_s >= done.experiment_until_unix_s
+    assert [d.action for d in done.history[-2:]] == ["start", "conclude"]
+    assert worse in result.by_version and done.stable_version in result.by_version
+    recommend = recommend_pb2_grpc.RecommendServiceStub(grpc.insecure_channel(stack.envoy_address))
+    was_on_candidate = next(u for u in map(str, range(1, 900)) if user_position(u) < 50)
+    after = full_answer(recommend, was_on_candidate, k=5)
+    assert after.model_version == done.stable_version
+    out = tmp_path / "report.json"
+    shown = subprocess.run(
+        [sys.executable, "-m", "recserve_stack", "rollout", "report", "--out", str(out)],
+        env=stack.env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    print(shown.stdout)  # (-s)
+    assert "difference" in shown.stdout and "95% interval" in shown.stdout
+    report = json.loads(out.read_text())
+    assert report["status"] == "concluded" and report["candidate"] == worse
+    stable, candidate = report["arms"]["stable"], report["arms"]["candidate"]
+    assert stable["lists"] > 20 and candidate["lists"] > 20, report
+    comparison = report["candidate_vs_stable"]
+    # The reversed model is far worse (the guardrail test: 8% against 71%).
+    assert comparison["difference"] < 0 and comparison["p_value"] < 0.01, report
+    assert comparison["low"] < comparison["difference"] < comparison["high"]
