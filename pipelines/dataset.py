@@ -23,10 +23,9 @@ import pandas as pd
 
 from pipelines import movielens
 from recserve_data import ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
+from recserve_feast.activity import RECENT_ITEMS, SEEN_ITEMS
 from recserve_model.catalogue import CatalogueSchema, EventKind
 
-RECENT_ITEMS = 20
-SEEN_ITEMS = 1000  # what the gateway excludes; the retriever's filter takes 1,000 ids
 HOLDOUT = 10
 RANKER_WINDOW = 5
 

@@ -36,12 +36,25 @@ class LoggedEvents:
 
 
 def read_logged(data_dir: Path, data: MovieLens) -> LoggedEvents:
-    directory = data_dir / "events" / "app"
     ratings = {n for n, kind in data.catalogue.event_types.items() if kind.role == "rating"}
-    users = set(data.users["user_id"])
-    items = set(data.items["item_id"])
+    return logged_ratings(
+        data_dir / "events" / "app", ratings, set(data.users["user_id"]), set(data.items["item_id"])
+    )
+
+
+def logged_ratings(
+    directory: Path,
+    ratings: set[str],
+    users: set[str],
+    items: set[str],
+    received_after: float = 0.0,
+) -> LoggedEvents:
+    """The kept events of a rating type, of known users and items, received
+    after ``received_after`` (unix seconds); the rest counted as skipped."""
     rows, skipped = [], 0
     for event in read_unique(directory, "event_id") if directory.exists() else ():
+        if received_after and event.get("received_at", 0.0) <= received_after:
+            continue  # older than what the reader has (not counted: not left out)
         known = event["user_id"] in users and event["item_id"] in items
         if event["event_type"] not in ratings or not known:
             skipped += 1

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 from feast import FeatureStore
 from feast.data_source import PushMode
 
+from recserve_feast.activity import Activity
 from recserve_feast.repo import ITEM_PUSH_SOURCE, USER_PUSH_SOURCE
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.validation import check_id
@@ -21,18 +21,6 @@ from services.features.config import FeaturesSettings
 from services.features.items import ItemReader
 from services.features.records import Event
 from services.features.users import UserReader
-
-RECENT_ITEMS = 20
-SEEN_ITEMS = 1000
-
-
-@dataclass
-class Activity:
-    rating_count: int
-    rated: int  # events with a rating, for the running mean
-    mean_rating: float
-    recent: list[str] = field(default_factory=list)
-    seen: list[str] = field(default_factory=list)
 
 
 class EventWriter:
@@ -74,32 +62,18 @@ class EventWriter:
                 mine = sorted(
                     (e for e in events if e.user_id == record.user_id), key=lambda e: e.event_time
                 )
-                activity = Activity(
-                    record.rating_count,
+                activity = Activity.of(
                     record.rating_count,
                     record.mean_rating,
-                    list(record.recent_item_ids),
-                    list(record.seen_item_ids),
+                    record.recent_item_ids,
+                    record.seen_item_ids,
                 )
                 for event in mine:
-                    activity.rating_count += 1
-                    if event.rating > 0:
-                        total = activity.mean_rating * activity.rated + event.rating
-                        activity.rated += 1
-                        activity.mean_rating = total / activity.rated
-                    activity.recent = [event.item_id] + [
-                        i for i in activity.recent if i != event.item_id
-                    ]
-                    activity.seen = [event.item_id] + [
-                        i for i in activity.seen if i != event.item_id
-                    ]
+                    activity.add(event.item_id, event.rating)
                 rows.append(
                     {
                         "user_id": record.user_id,
-                        "rating_count": activity.rating_count,
-                        "mean_rating": activity.mean_rating,
-                        "recent_item_ids": activity.recent[:RECENT_ITEMS],
-                        "seen_item_ids": activity.seen[:SEEN_ITEMS],
+                        **activity.columns(),
                         # Pushed rows must be newer than what the store holds.
                         "event_timestamp": max(datetime.now(UTC), mine[-1].event_time),
                     }

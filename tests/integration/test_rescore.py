@@ -4,6 +4,7 @@ ones, publish is atomic, rollback restores the previous lists, and a killed
 job resumes without redoing finished buckets."""
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ from pipelines.rescore.publish import (
 )
 from pipelines.rescore.synthetic import write_users
 from pipelines.rescore.validate import validate
+from pipelines.rescore.with_events import features_with_events
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
 from recserve_model import artifacts
@@ -291,6 +293,37 @@ def worse_artifact(built, tmp_path):
     export.export_ranker(ranker, spec, copy / "ranker" / "model.onnx")
     artifacts.write_manifest(copy, copy.name, {"metrics": {}})
     return copy
+
+
+def test_the_nightly_with_events_leaves_out_what_users_rated_since_the_build(
+    built, good_run, session, data_dir, inactive, tmp_path
+):
+    """A rating logged through the events API after the build: with the
+    events folded in, that user's list no longer holds the item; the other
+    users' lists are the same as the run without events."""
+    _, _, lists = good_run
+    user = sorted(lists)[0]
+    rated = lists[user][0]  # the good run's first item for that user
+    log = data_dir / "events" / "app" / "2026-12-01" / "00-gateway.jsonl"
+    log.parent.mkdir(parents=True)
+    event = {"event_id": "nightly-1", "user_id": user, "item_id": rated, "event_type": "rating",
+             "value": 5.0, "timestamp": 1_900_000_000, "recommendation_id": "",
+             "received_at": 1_900_000_000.0}  # fmt: skip
+    log.write_text(json.dumps(event) + "\n")
+    try:
+        logged = features_with_events(data_dir, built.directory, tmp_path / "features")
+        assert len(logged.rows) == 1 and logged.skipped == 0
+        run_dir = layout.staging(data_dir, "with-events")
+        config = config_for(
+            built, "with-events", features_dir=str(tmp_path / "features"), inactive_items=inactive
+        )
+        run_job(session, config, run_dir)
+    finally:
+        shutil.rmtree(data_dir / "events")
+    after = top_n_lists(run_dir)
+    assert rated not in after[user] and len(after[user]) == 100
+    others = [u for u in lists if u != user]
+    assert all(after[u] == lists[u] for u in others)
 
 
 def test_a_worse_model_fails_the_quality_gate(built, good_run, session, data_dir, tmp_path):

@@ -1,0 +1,47 @@
+"""A user's activity as the online store holds it, and how an event
+changes it: one rule for the features service's live pushes and the
+nightly job's catch-up with the logged events (the build computes the same
+columns from its interactions, pipelines/dataset.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+RECENT_ITEMS = 20  # the user tower's history
+SEEN_ITEMS = 1000  # what the gateway excludes; the retriever's filter takes 1,000 ids
+
+
+@dataclass
+class Activity:
+    rating_count: int
+    rated: int  # events with a rating, for the running mean
+    mean_rating: float
+    recent: list[str] = field(default_factory=list)  # most recent first
+    seen: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(
+        cls, count: int, mean_rating: float, recent: Sequence[str], seen: Sequence[str]
+    ) -> Activity:
+        return cls(int(count), int(count), float(mean_rating), list(recent), list(seen))
+
+    def add(self, item_id: str, rating: float) -> None:
+        """One event, newer than every one before (0: an implicit one)."""
+        self.rating_count += 1
+        if rating > 0:
+            total = self.mean_rating * self.rated + rating
+            self.rated += 1
+            self.mean_rating = total / self.rated
+        self.recent = [item_id] + [i for i in self.recent if i != item_id]
+        self.seen = [item_id] + [i for i in self.seen if i != item_id]
+
+    def columns(self) -> dict[str, Any]:
+        """The user_activity columns (Feast's feature view) for this activity."""
+        return {
+            "rating_count": self.rating_count,
+            "mean_rating": self.mean_rating,
+            "recent_item_ids": self.recent[:RECENT_ITEMS],
+            "seen_item_ids": self.seen[:SEEN_ITEMS],
+        }
