@@ -12,13 +12,28 @@ import os
 import signal
 import time
 
+import psutil
+
 from bench.cpu_profile import stack_processes
 from bench.load import run_load, wait_for_full_answer
 from recserve_stack.probes import http_ok, wait_until
+from recserve_stack.settings import STANDBY_MARK
+
+
+def serving(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """The processes that take traffic: a standby gateway is left out."""
+    found = []
+    for process in processes:
+        try:
+            if process.environ().get(STANDBY_MARK) != "standby":
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 def _pid(name: str) -> int:
-    found = stack_processes()[name]
+    found = serving(stack_processes()[name])
     if not found:
         raise SystemExit(f"{name} is not running (start the stack first)")
     return found[0].pid  # with two gateways: one of them

@@ -66,6 +66,7 @@ SECTIONS = [
 # Defaults that depend on the machine, said in words so the page is one text.
 DEFAULT_WORDS = {
     ("StackSettings", "gateway_extra_ports"): "`[50061]` on 4+ cores, else `[]`",
+    ("StackSettings", "gateway_standby_port"): "`50062` on fewer than 4 cores, else `0`",
     ("StackSettings", "python"): "the Python that runs the runner",
 }
 # Read straight from the environment, outside the settings classes.

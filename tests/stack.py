@@ -139,9 +139,10 @@ CanaryEnv = dict[str, str] | Callable[[dict[str, str]], dict[str, str]]
 
 def stack_env(data_dir: Path, canary: CanaryEnv | None = None, **overrides: str) -> dict[str, str]:
     # One block of consecutive free ports: the named ones, the second
-    # gateway's, a canary gateway's, then six metrics ports (the runner
-    # counts them up from a base, so they must be free as a run).
-    base = free_port_block(len(PORT_NAMES) + 2 + 6)
+    # gateway's, a canary gateway's, a standby gateway's, then seven metrics
+    # ports (the runner counts them up from a base, so they must be free as
+    # a run). Two active gateways unless standby="1" asks for one and a standby.
+    base = free_port_block(len(PORT_NAMES) + 3 + 7)
     env = {**os.environ, "RECSERVE_STACK_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
     for offset, name in enumerate(PORT_NAMES):
         env[f"RECSERVE_STACK_{name.upper()}_PORT"] = str(base + offset)
@@ -152,7 +153,11 @@ def stack_env(data_dir: Path, canary: CanaryEnv | None = None, **overrides: str)
         env["RECSERVE_STACK_GATEWAY_CANARY_PORT"] = str(base + len(PORT_NAMES) + 1)
         changes = canary(env) if callable(canary) else canary
         env["RECSERVE_STACK_GATEWAY_CANARY_ENV"] = json.dumps(changes)
-    env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(base + len(PORT_NAMES) + 2)
+    env["RECSERVE_STACK_GATEWAY_STANDBY_PORT"] = "0"
+    env["RECSERVE_STACK_METRICS_BASE_PORT"] = str(base + len(PORT_NAMES) + 3)
+    if overrides.pop("standby", ""):
+        env["RECSERVE_STACK_GATEWAY_EXTRA_PORTS"] = "[]"
+        env["RECSERVE_STACK_GATEWAY_STANDBY_PORT"] = str(base + len(PORT_NAMES) + 2)
     env.update(overrides)
     return env
 

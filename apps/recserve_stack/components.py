@@ -9,7 +9,7 @@ from recserve_kit.transport import Tls
 from recserve_stack import auth, envoy, pki, triton
 from recserve_stack.probes import grpc_serving, http_ok
 from recserve_stack.runner import Component
-from recserve_stack.settings import ROOT, StackSettings
+from recserve_stack.settings import ROOT, STANDBY_GATEWAY, STANDBY_MARK, StackSettings
 
 SERVICES = ("features", "retriever", "ranker", "gateway")
 
@@ -101,19 +101,29 @@ def gateway_process(
 
 
 def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
-    """The extra gateways, then the canary build's gateway when one is set."""
+    """The extra gateways, the canary build's gateway and the standby, when set."""
     replicas = [
         gateway_process(settings, name, port, replica, env)
         for replica, (name, port) in enumerate(
             zip(settings.gateway_names[1:], settings.gateway_extra_ports, strict=True), start=1
         )
     ]
+    replica = len(settings.gateway_extra_ports)
     if settings.gateway_canary_port:
-        replica = len(settings.gateway_extra_ports) + 1
+        replica += 1
         canary_env = {**env, **settings.gateway_canary_env}
         replicas.append(
             gateway_process(
                 settings, "gateway-canary", settings.gateway_canary_port, replica, canary_env
+            )
+        )
+    if settings.gateway_standby_port:
+        replica += 1
+        # Marked, so tools that kill "the gateway" pick one that serves.
+        standby_env = {**env, STANDBY_MARK: "standby"}
+        replicas.append(
+            gateway_process(
+                settings, STANDBY_GATEWAY, settings.gateway_standby_port, replica, standby_env
             )
         )
     return replicas

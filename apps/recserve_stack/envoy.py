@@ -11,7 +11,7 @@ from string import Template
 from urllib.parse import urlsplit
 
 from recserve_stack import auth, pki
-from recserve_stack.settings import ROOT, StackSettings
+from recserve_stack.settings import ROOT, STANDBY_GATEWAY, StackSettings
 
 TEMPLATE = ROOT / "infra" / "envoy" / "envoy.yaml"
 
@@ -88,20 +88,39 @@ def pipe_endpoints(paths: list[Path]) -> str:
     )
 
 
+def priorities(*groups: str) -> str:
+    """A cluster's endpoints: one group per priority, 0 first (empty ones left out)."""
+    lines = []
+    for priority, group in enumerate(groups):
+        if group:
+            head = (
+                "          - lb_endpoints:"
+                if not priority
+                else (f"          - priority: {priority}\n            lb_endpoints:")
+            )
+            lines.append(f"{head}\n{group}")
+    return "\n".join(lines)
+
+
 def gateway_endpoints(settings: StackSettings) -> dict[str, str]:
     """The gateway clusters' endpoints and transport: sockets on one host,
-    else ports with mutual TLS."""
+    else ports with mutual TLS; the standby gateway at priority 1."""
     canary = "gateway-canary" if settings.gateway_canary_port else "gateway"
+    standby = settings.gateway_standby_port
     if settings.unix_sockets:
         return {
-            "gateway_endpoints": pipe_endpoints(
-                [settings.socket(name) for name in settings.gateway_names]
+            "gateway_endpoints": priorities(
+                pipe_endpoints([settings.socket(name) for name in settings.gateway_names]),
+                pipe_endpoints([settings.socket(STANDBY_GATEWAY)]) if standby else "",
             ),
             "gateway_canary_endpoints": pipe_endpoints([settings.socket(canary)]),
             "gateway_tls": "",
         }
     return {
-        "gateway_endpoints": endpoints(settings.host, settings.gateway_ports),
+        "gateway_endpoints": priorities(
+            endpoints(settings.host, settings.gateway_ports),
+            endpoints(settings.host, [standby]) if standby else "",
+        ),
         # No canary process: the cluster points at the gateway, weight 0.
         "gateway_canary_endpoints": endpoints(
             settings.host, [settings.gateway_canary_port or settings.gateway_port]
@@ -207,7 +226,7 @@ def render_compose(settings: StackSettings | None = None) -> str:
         "cluster_type": "STRICT_DNS",
         **{f"{name}_host": name for name in ("features", "retriever", "ranker")},
         # One name: Compose's DNS answers every replica's address (STRICT_DNS).
-        "gateway_endpoints": endpoints("gateway", [settings.gateway_port]),
+        "gateway_endpoints": priorities(endpoints("gateway", [settings.gateway_port])),
         # The `canary` profile's service (compose.yaml).
         "gateway_canary_endpoints": endpoints("gateway-canary", [settings.gateway_port]),
         "descriptor_set": "/etc/envoy/recserve.pb",

@@ -17,12 +17,18 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parents[2]
-# Room in a socket address after the directory for "/gateway-canary.sock".
-SOCKET_DIR_MAX = 107 - len("/gateway-canary.sock")
+STANDBY_GATEWAY = "gateway-standby"  # the standby gateway's process and socket name
+STANDBY_MARK = "RECSERVE_STACK_GATEWAY_ROLE"  # in the standby's environment: "standby"
+# Room in a socket address after the directory for the longest name.
+SOCKET_DIR_MAX = 107 - len(f"/{STANDBY_GATEWAY}.sock")
 
 
 def default_extra_gateways() -> list[int]:
     return [50061] if (os.cpu_count() or 1) >= 4 else []
+
+
+def default_standby_gateway() -> int:
+    return 50062 if (os.cpu_count() or 1) < 4 else 0
 
 
 class StackSettings(BaseSettings):
@@ -55,6 +61,17 @@ class StackSettings(BaseSettings):
         default_factory=lambda: default_extra_gateways(),
         description="Ports of more gateway processes behind Envoy, as JSON; Envoy retries "
         "a failed call on another one, so a gateway that dies costs clients no error.",
+    )
+    # Where a second active gateway costs too much (two cores), a standby:
+    # Envoy sends it nothing while the others are healthy (priority 1), and
+    # a call whose gateway died is retried there.
+    gateway_standby_port: int = Field(
+        default_factory=default_standby_gateway,
+        ge=0,
+        le=65535,
+        description="A standby gateway on this port (0: none; default on fewer than 4 cores): "
+        "Envoy's failover (priority 1), sent retries and traffic only while no other "
+        "gateway is healthy.",
     )
     gateway_canary_port: int = Field(
         0,

@@ -38,8 +38,12 @@ class JsonlLog:
         max_queue: int = 100_000,
         flush_s: float = 0.2,
         max_bytes: int = 64 << 20,
+        background: bool = True,
     ) -> None:
+        """``background``: a writer thread flushes what ``append`` queues;
+        without it only ``write`` (synchronous) writes."""
         self.directory = directory
+        self.background = background
         self.max_queue = max_queue
         self.flush_s = flush_s
         self.max_bytes = max_bytes
@@ -54,10 +58,13 @@ class JsonlLog:
         self._file: Any = None
         self._path: Path | None = None
         self._part = 0
-        self._thread.start()
+        if background:
+            self._thread.start()
 
     def append(self, record: dict[str, Any]) -> bool:
         """Queued for writing; False (and counted) when the queue is full."""
+        if not self.background:
+            raise RuntimeError("append needs the writer thread: JsonlLog(background=True)")
         if len(self.queue) >= self.max_queue:
             self.dropped += 1
             return False
@@ -126,7 +133,8 @@ class JsonlLog:
     def close(self) -> None:
         """Stops the writer after writing what is queued."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
         self.flush()
         with self._lock:
             if self._file is not None:

@@ -110,6 +110,17 @@ class CatalogueSchema:
     def describe(self) -> str:
         return ", ".join(f"{n} ({k})" for n, k in sorted(self.attributes.items())) or "none"
 
+    def filters_problem(self, filters: Sequence[AttributeFilter]) -> tuple[str, str] | None:
+        """(the field under ``filter.attributes``, what is wrong) for the
+        first bad condition of a request, or None: one rule for every edge."""
+        if len(filters) > MAX_FILTERS:
+            return "", f"at most {MAX_FILTERS} conditions"
+        for n, condition in enumerate(filters):
+            problem = self.filter_problem(condition)
+            if problem is not None:
+                return f"[{n}].{problem[0]}", problem[1]
+        return None
+
     def filter_problem(self, flt: AttributeFilter) -> tuple[str, str] | None:
         """(the field within the filter, what is wrong), or None when valid."""
         kind = self.attributes.get(flt.name)

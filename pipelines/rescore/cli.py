@@ -23,6 +23,28 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+WithEvents = Annotated[
+    bool,
+    typer.Option(
+        help="Fold the rating events the gateways kept since the artifact was built "
+        "into the users' activity first (pipelines/rescore/with_events.py)."
+    ),
+]
+
+
+def fold_events(data_dir: Path, artifact: Path, out: Path) -> Path:
+    """The artifact's user tables with the logged events since, in ``out``."""
+    from pipelines.rescore.with_events import features_with_events
+
+    logged = features_with_events(data_dir, artifact, out)
+    users = logged.rows["user_id"].nunique()
+    console.print(
+        f"logged events: {len(logged.rows)} folded into {users} users' activity, "
+        f"{logged.skipped} left out"
+    )
+    return out
+
+
 @app.command()
 def run(
     data_dir: DataDir = Path("data"),
@@ -38,20 +60,13 @@ def run(
     inactive: Annotated[Path | None, typer.Option(help="File of inactive item ids.")] = None,
     publish: Annotated[bool, typer.Option(help="Publish when every gate passes.")] = True,
     redis_url: RedisUrl = "",
-    with_events: Annotated[
-        bool,
-        typer.Option(
-            help="Fold the rating events the gateways kept since the artifact was built "
-            "into the users' activity first (pipelines/rescore/with_events.py)."
-        ),
-    ] = False,
+    with_events: WithEvents = False,
 ) -> None:
     """Score every user's candidates on Spark, validate, then publish."""
     from pipelines.rescore import spark
     from pipelines.rescore.job import RunConfig, run_job
     from pipelines.rescore.publish import publish as do_publish
     from pipelines.rescore.validate import validate
-    from pipelines.rescore.with_events import features_with_events
 
     artifact = artifacts.current(data_dir).resolve()
     run_id = run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -62,13 +77,7 @@ def run(
         console.print(f"resuming run {run_id}")
     else:
         if with_events and features_dir is None:
-            features_dir = run_dir / "features-with-events"
-            logged = features_with_events(data_dir, artifact, features_dir)
-            users = logged.rows["user_id"].nunique()
-            console.print(
-                f"logged events: {len(logged.rows)} folded into {users} users' activity, "
-                f"{logged.skipped} left out"
-            )
+            features_dir = fold_events(data_dir, artifact, run_dir / "features-with-events")
         config = RunConfig(
             run_id=run_id,
             artifact_dir=str(artifact),

@@ -106,7 +106,7 @@ class EventLog:
     def __init__(self, directory: Path, remember: int = 1_000_000) -> None:
         self.directory = directory
         self.remember = remember
-        self.log = JsonlLog(directory)
+        self.log = JsonlLog(directory, background=False)  # events are written in the call
         self.kept: OrderedDict[str, None] = OrderedDict()
         self.tail = JsonlTail(directory)
         self.lock = asyncio.Lock()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.validation import check_id, check_ids
-from recserve_model.catalogue import MAX_FILTERS, NO_ATTRIBUTES, AttributeFilter, CatalogueSchema
+from recserve_model.catalogue import NO_ATTRIBUTES, AttributeFilter, CatalogueSchema
 from services.gateway.segment_lists import GENDERS, MAX_AGE, Attributes
 
 MAX_K = 100
@@ -89,12 +89,9 @@ def check_query(
 
 
 def check_attribute_filters(filters: tuple[AttributeFilter, ...], schema: CatalogueSchema) -> None:
-    if len(filters) > MAX_FILTERS:
-        raise InvalidArgument("filter.attributes", f"at most {MAX_FILTERS} conditions")
-    for n, condition in enumerate(filters):
-        problem = schema.filter_problem(condition)
-        if problem is not None:
-            raise InvalidArgument(f"filter.attributes[{n}].{problem[0]}", problem[1])
+    problem = schema.filters_problem(filters)
+    if problem is not None:
+        raise InvalidArgument("filter.attributes" + problem[0], problem[1])
 
 
 def check_attributes(a: Attributes | None) -> None:

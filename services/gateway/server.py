@@ -114,19 +114,13 @@ async def create_server(settings: GatewaySettings) -> Service:
         for name, channel in channels.items()
     ]
     impressions, event_log = recorders(settings)
+    # The events API counts each event under the lists this gateway showed.
+    events = EventServicer(
+        event_log, gateway.catalogue.schema, gateway.backends.features, impressions.outcomes
+    )
     registrations = [
         Registration(GatewayServicer(gateway, impressions), SERVICE_NAME),
-        Registration(
-            EventServicer(
-                event_log,
-                gateway.catalogue.schema,
-                gateway.backends.features,
-                # The lists this gateway showed, to count each event under its list's labels.
-                impressions.outcomes,
-            ),
-            EVENTS_SERVICE,
-            app_methods=frozenset({"PushEvents"}),
-        ),
+        Registration(events, EVENTS_SERVICE, app_methods=frozenset({"PushEvents"})),
     ]
     service = build_server("gateway", settings, registrations, probes=probes)
 

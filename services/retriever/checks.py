@@ -10,7 +10,7 @@ import numpy as np
 
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.validation import check_id
-from recserve_model.catalogue import MAX_FILTERS, CatalogueSchema
+from recserve_model.catalogue import CatalogueSchema
 from services.retriever.store import ItemRecord, SearchFilter
 
 MAX_FILTER_VALUES = 1000
@@ -53,12 +53,9 @@ def check_filter(flt: SearchFilter, schema: CatalogueSchema) -> None:
         raise InvalidArgument("filter.exclude_item_ids", f"at most {MAX_FILTER_VALUES} values")
     if any(not c for c in flt.categories):
         raise InvalidArgument("filter.categories", "empty category")
-    if len(flt.attributes) > MAX_FILTERS:
-        raise InvalidArgument("filter.attributes", f"at most {MAX_FILTERS} conditions")
-    for n, condition in enumerate(flt.attributes):
-        problem = schema.filter_problem(condition)
-        if problem is not None:
-            raise InvalidArgument(f"filter.attributes[{n}].{problem[0]}", problem[1])
+    problem = schema.filters_problem(flt.attributes)
+    if problem is not None:
+        raise InvalidArgument("filter.attributes" + problem[0], problem[1])
 
 
 def check_item(item: ItemInput, field: str, dimension: int, schema: CatalogueSchema) -> ItemRecord:

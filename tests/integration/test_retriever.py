@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import asynccontextmanager
 
 import grpc
 import numpy as np
@@ -28,23 +29,33 @@ def items(built):
     return frame, np.stack(frame["vector"].to_numpy()).astype(np.float32)
 
 
-@pytest.fixture(params=["edge", "memory"])
-async def retriever(request, built, tmp_path):
+@asynccontextmanager
+async def serving_retriever(built, tmp_path, store: str):
+    """A started retriever over Qdrant Edge ("edge") or qdrant-client's local
+    mode ("memory"), ready, with a channel to it."""
     data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
     settings = RetrieverSettings(
         port=0,
         data_dir=data_dir,
         shutdown_drain_s=0,
         refresh_interval_s=0,
-        qdrant_url="" if request.param == "edge" else ":memory:",
+        qdrant_url="" if store == "edge" else ":memory:",
     )
     service = await create_server(settings)
     await service.start()
     await apoll_until(lambda: asyncio.sleep(0, service.domain.ready), 60)
     channel = grpc.aio.insecure_channel(service.address)
-    yield retriever_pb2_grpc.RetrieverServiceStub(channel), service
-    await channel.close()
-    await service.stop(0)
+    try:
+        yield retriever_pb2_grpc.RetrieverServiceStub(channel), service
+    finally:
+        await channel.close()
+        await service.stop(0)
+
+
+@pytest.fixture(params=["edge", "memory"])
+async def retriever(request, built, tmp_path):
+    async with serving_retriever(built, tmp_path, request.param) as (stub, service):
+        yield stub, service
 
 
 def exact_top(vectors, query, k, mask=None):

@@ -4,7 +4,6 @@ loaded as a generation with a payload index per attribute; every filtered
 answer checked against the items' values; upserts with attributes; bad
 filters and values refused naming the field; the schema survives a restart."""
 
-import asyncio
 import json
 
 import grpc
@@ -13,13 +12,13 @@ import pandas as pd
 import pytest
 
 from recserve.retriever.v1 import retriever_pb2 as pb
-from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_model.catalogue import AttributeFilter, CatalogueSchema
 from services.retriever.config import RetrieverSettings
 from services.retriever.domain import Retriever
-from services.retriever.server import create_server, generations_for
+from services.retriever.server import generations_for
 from services.retriever.store import SearchFilter
-from tests.helpers import apoll_until, data_dir_with_artifacts
+from tests.helpers import data_dir_with_artifacts
+from tests.integration.test_retriever import serving_retriever
 
 SCHEMA = CatalogueSchema(
     {"brand": "categorical", "price": "numeric", "tags": "tags", "on_sale": "boolean"}
@@ -61,23 +60,10 @@ def shop(path):
 
 @pytest.fixture(params=["edge", "memory"])
 async def retriever(request, built, tmp_path):
-    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
-    settings = RetrieverSettings(
-        port=0,
-        data_dir=data_dir,
-        shutdown_drain_s=0,
-        refresh_interval_s=0,
-        qdrant_url="" if request.param == "edge" else ":memory:",
-    )
-    service = await create_server(settings)
-    await service.start()
-    await apoll_until(lambda: asyncio.sleep(0, service.domain.ready), 60)
-    values, vectors = shop(tmp_path / "shop.parquet")
-    await service.domain.refresh(tmp_path / "shop.parquet", "shop-1", SCHEMA)
-    channel = grpc.aio.insecure_channel(service.address)
-    yield retriever_pb2_grpc.RetrieverServiceStub(channel), service, values, vectors
-    await channel.close()
-    await service.stop(0)
+    async with serving_retriever(built, tmp_path, request.param) as (stub, service):
+        values, vectors = shop(tmp_path / "shop.parquet")
+        await service.domain.refresh(tmp_path / "shop.parquet", "shop-1", SCHEMA)
+        yield stub, service, values, vectors
 
 
 def condition(name, any_of=(), low=None, high=None):

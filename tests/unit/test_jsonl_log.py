@@ -4,7 +4,10 @@ drops and counts; a torn last line is skipped by readers; what is queued at
 close is written."""
 
 import json
+import threading
 import time
+
+import pytest
 
 from recserve_kit.jsonl_log import JsonlLog, JsonlTail, read_records
 from tests.helpers import poll_until
@@ -78,3 +81,14 @@ def test_a_tail_reads_only_what_was_appended_and_whole_lines(tmp_path):
     assert tail.read_new() == [{"n": 2}, {"n": 3}, {"n": 4}]
     assert tail.read_new() == []
     assert [r["n"] for r in JsonlTail(tmp_path).read_new()] == [0, 1, 2, 3, 4]
+
+
+def test_a_log_written_only_in_the_call_runs_no_thread(tmp_path):
+    before = threading.active_count()
+    log = JsonlLog(tmp_path, background=False)
+    assert threading.active_count() == before
+    log.write([{"n": 1}, {"n": 2}])
+    assert [r["n"] for r in read_records(tmp_path)] == [1, 2]  # on disk before close
+    with pytest.raises(RuntimeError, match="writer thread"):
+        log.append({"n": 3})
+    log.close()

@@ -6,12 +6,16 @@ from pathlib import Path
 
 from recserve_stack import envoy
 from recserve_stack.components import stack_components
-from recserve_stack.settings import StackSettings
+from recserve_stack.settings import STANDBY_MARK, StackSettings
 
 
 def test_two_gateways_with_their_own_ports_behind_envoy(tmp_path: Path):
     settings = StackSettings(
-        data_dir=tmp_path, gateway_port=50051, gateway_extra_ports=[50061], unix_sockets=False
+        data_dir=tmp_path,
+        gateway_port=50051,
+        gateway_extra_ports=[50061],
+        gateway_standby_port=0,
+        unix_sockets=False,
     )
     components = {c.name: c for c in stack_components(settings)}
     first, second = components["gateway"], components["gateway-2"]
@@ -25,7 +29,7 @@ def test_two_gateways_with_their_own_ports_behind_envoy(tmp_path: Path):
 
 
 def test_one_gateway_when_no_extra_ports(tmp_path: Path):
-    settings = StackSettings(data_dir=tmp_path, gateway_extra_ports=[])
+    settings = StackSettings(data_dir=tmp_path, gateway_extra_ports=[], gateway_standby_port=0)
     names = [c.name for c in stack_components(settings)]
     assert names.count("gateway") == 1 and not any(n.startswith("gateway-") for n in names)
 
@@ -53,5 +57,24 @@ def test_a_data_dir_too_deep_for_a_socket_address_gets_a_short_one(tmp_path: Pat
     deep = tmp_path / ("d" * 100)
     settings = StackSettings(data_dir=deep)
     assert settings.socket_dir != deep / "sockets"
-    assert len(str(settings.socket("gateway-canary"))) <= 107
+    assert len(str(settings.socket("gateway-standby"))) <= 107
     assert settings.socket_dir == StackSettings(data_dir=deep).socket_dir  # the same each start
+
+
+def test_a_standby_gateway_is_envoys_failover_not_a_second_server(tmp_path: Path):
+    settings = StackSettings(data_dir=tmp_path, gateway_extra_ports=[], gateway_standby_port=50062)
+    components = {c.name: c for c in stack_components(settings)}
+    standby = components["gateway-standby"].env
+    assert standby is not None and standby["RECSERVE_GATEWAY_PORT"] == "50062"
+    assert standby[STANDBY_MARK] == "standby" and STANDBY_MARK not in (
+        components["gateway"].env or {}
+    )
+    assert standby["RECSERVE_GATEWAY_SOCKET"] == str(tmp_path / "sockets" / "gateway-standby.sock")
+    assert "gateway-standby" in components["envoy"].after
+    config = envoy.render(settings)
+    cluster = config[config.index("cluster_name: gateway\n") :].split("- name:", 1)[0]
+    primary, failover = cluster.split("- priority: 1", 1)
+    assert "gateway.sock" in primary and "gateway-standby" not in primary
+    assert "gateway-standby.sock" in failover
+    assert "envoy.retry_priorities.previous_priorities" in config
+    assert settings.metrics_port("gateway", 1) == int(standby["RECSERVE_GATEWAY_METRICS_PORT"])

@@ -1,0 +1,94 @@
+"""Two cores' default: one gateway serves and a standby waits. Envoy sends
+the standby nothing while the gateway is healthy (priority 1), and a SIGKILL
+of the serving gateway under load costs clients no error: calls it held and
+new ones are retried on the standby until the runner has it back.
+
+Its own stack: one gateway and a standby, as `make run` starts on two cores
+(the e2e stack runs two active gateways)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import grpc
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.load import run_load
+from recserve.recommend.v1 import recommend_pb2 as pb
+from recserve.recommend.v1 import recommend_pb2_grpc
+from recserve_stack.settings import STANDBY_MARK
+from tests.helpers import data_dir_with_artifacts, full_answer, poll_until
+from tests.stack import running_stack
+
+STANDBY_REPLICA = 1  # metrics: no extra gateway, no canary; the standby is replica 1
+
+
+@pytest.fixture(scope="module")
+def stack(built, tmp_path_factory):
+    data_dir = data_dir_with_artifacts(
+        tmp_path_factory.mktemp("standby") / "data", built.directory.parents[1]
+    )
+    with running_stack(data_dir, standby="1") as running:
+        yield running
+
+
+def recommends(stack, replica: int) -> float:
+    """Recommend calls a gateway replica has answered."""
+    text = stack.metrics("gateway", replica)
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "recserve_rpc_server_duration_seconds_count"
+        and s.labels.get("method") == "Recommend"
+    )
+
+
+def serving_gateway(stack) -> int:
+    pids = stack.component_pids("services.gateway")
+    assert len(pids) == 2, pids  # the gateway and the standby
+    (pid,) = [p for p in pids if psutil.Process(p).environ().get(STANDBY_MARK) != "standby"]
+    return pid
+
+
+def test_the_standby_takes_nothing_while_the_gateway_serves_and_everything_when_it_dies(stack):
+    channel = grpc.insecure_channel(stack.envoy_address)
+    stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+    full_answer(stub)
+    idle = recommends(stack, STANDBY_REPLICA)
+    for user in range(1, 21):
+        stub.Recommend(pb.RecommendRequest(user_id=str(user), k=5), timeout=5)
+    assert recommends(stack, STANDBY_REPLICA) == idle  # healthy gateway: none for the standby
+    gateway = serving_gateway(stack)
+    result = asyncio.run(
+        run_load(
+            stack.envoy_address,
+            40,
+            5.0,
+            users=100,
+            event=(2.0, lambda: os.kill(gateway, signal.SIGKILL)),
+        )
+    )
+    assert result.sent == 200 and not result.errors, result.summary()
+    took_over = recommends(stack, STANDBY_REPLICA)
+    assert took_over > idle  # the retried and redirected calls
+
+    def back():
+        pids = stack.component_pids("services.gateway")
+        return len(pids) == 2 and gateway not in pids
+
+    poll_until(back, 60, 0.2, "the runner to restart the killed gateway")
+
+    def primary_again():
+        # Envoy's health check passes on the restarted gateway (1 s interval).
+        before = recommends(stack, STANDBY_REPLICA)
+        for user in range(1, 11):
+            stub.Recommend(pb.RecommendRequest(user_id=str(user), k=5), timeout=5)
+        return recommends(stack, STANDBY_REPLICA) == before or None
+
+    poll_until(primary_again, 30, 0.5, "traffic back on the restarted gateway")
+    channel.close()
