@@ -55,14 +55,22 @@ def serving_gateway(stack) -> int:
     return pid
 
 
+def none_for_the_standby(stack, stub) -> bool | None:
+    """A batch of calls of which the standby answers none, or None."""
+    before = recommends(stack, STANDBY_REPLICA)
+    for user in range(1, 21):
+        stub.Recommend(pb.RecommendRequest(user_id=str(user), k=5), timeout=5)
+    return recommends(stack, STANDBY_REPLICA) == before or None
+
+
 def test_the_standby_takes_nothing_while_the_gateway_serves_and_everything_when_it_dies(stack):
     channel = grpc.insecure_channel(stack.envoy_address)
     stub = recommend_pb2_grpc.RecommendServiceStub(channel)
     full_answer(stub)
+    # Once Envoy's health checks have seen both (1 s apart), a healthy
+    # gateway takes every call of a batch (never, if the standby shared them).
+    poll_until(lambda: none_for_the_standby(stack, stub), 30, 0.5, "the gateway to take all")
     idle = recommends(stack, STANDBY_REPLICA)
-    for user in range(1, 21):
-        stub.Recommend(pb.RecommendRequest(user_id=str(user), k=5), timeout=5)
-    assert recommends(stack, STANDBY_REPLICA) == idle  # healthy gateway: none for the standby
     gateway = serving_gateway(stack)
     result = asyncio.run(
         run_load(
@@ -83,12 +91,8 @@ def test_the_standby_takes_nothing_while_the_gateway_serves_and_everything_when_
 
     poll_until(back, 60, 0.2, "the runner to restart the killed gateway")
 
-    def primary_again():
-        # Envoy's health check passes on the restarted gateway (1 s interval).
-        before = recommends(stack, STANDBY_REPLICA)
-        for user in range(1, 11):
-            stub.Recommend(pb.RecommendRequest(user_id=str(user), k=5), timeout=5)
-        return recommends(stack, STANDBY_REPLICA) == before or None
-
-    poll_until(primary_again, 30, 0.5, "traffic back on the restarted gateway")
+    # Envoy's health check passes on the restarted gateway (1 s interval).
+    poll_until(
+        lambda: none_for_the_standby(stack, stub), 30, 0.5, "traffic back on the restarted gateway"
+    )
     channel.close()
