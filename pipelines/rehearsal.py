@@ -20,30 +20,22 @@ def _slow(self, requests):
     return _execute(self, requests)
 TritonPythonModel.execute = _slow
 """
-NAN = """
+# A model whose every score is an expression ({new}) of the real one.
+SCORES = """
 _execute = TritonPythonModel.execute
-def _nan(self, requests):
+def _{name}(self, requests):
     out = []
     for response in _execute(self, requests):
         score = pb_utils.get_output_tensor_by_name(response, "score").as_numpy()
-        tensor = pb_utils.Tensor("score", np.full_like(score, np.nan))
+        tensor = pb_utils.Tensor("score", {new})
         out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
     return out
-TritonPythonModel.execute = _nan
+TritonPythonModel.execute = _{name}
 """
+NAN = SCORES.format(name="nan", new="np.full_like(score, np.nan)")
 # Healthy but bad for users: the ranking reversed, the worst candidates first
 # (a rehearsal of the outcome guardrail: latency and errors stay normal).
-REVERSED = """
-_execute = TritonPythonModel.execute
-def _reversed(self, requests):
-    out = []
-    for response in _execute(self, requests):
-        score = pb_utils.get_output_tensor_by_name(response, "score").as_numpy()
-        tensor = pb_utils.Tensor("score", -score)
-        out.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
-    return out
-TritonPythonModel.execute = _reversed
-"""
+REVERSED = SCORES.format(name="reversed", new="-score")
 KINDS = ("copy", "slow", "nan", "reversed")
 
 

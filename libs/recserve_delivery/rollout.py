@@ -263,30 +263,30 @@ class Rollout:
             self._decide("promote", f"{s.candidate} is stable: {reason}", figures, share)
 
     def rollback(self, reason: str, figures: dict[str, float] | None = None) -> None:
-        self._require("running", "paused")
-        share = self.state.share_percent
-        self.state.status = "rolled_back"
-        self.state.reason = reason
-        self.state.ended_at = self.clock()
-        self._decide("rollback", reason, figures, share)
+        self._end("rolled_back", "rollback", reason, figures)
 
     def conclude(self, reason: str, figures: dict[str, float] | None = None) -> None:
         """An experiment's end: every user back on the stable; the candidate
         stays named, and the window is the report's."""
-        self._require("running", "paused")
-        share = self.state.share_percent
-        self.state.status = "concluded"
-        self.state.reason = reason
-        self.state.ended_at = self.clock()
-        self._decide("conclude", reason, figures, share)
+        self._end("concluded", "conclude", reason, figures)
 
     def abort(self) -> None:
+        self._end("aborted", "abort", "by the operator")
+
+    def _end(
+        self,
+        status: rollout_state.Status,
+        action: str,
+        reason: str,
+        figures: dict[str, float] | None = None,
+    ) -> None:
+        """Every user back on the stable; recorded at the share it ended at."""
         self._require("running", "paused")
         share = self.state.share_percent
-        self.state.status = "aborted"
-        self.state.reason = "by the operator"
+        self.state.status = status
+        self.state.reason = reason
         self.state.ended_at = self.clock()
-        self._decide("abort", "by the operator", share=share)
+        self._decide(action, reason, figures, share)
 
     def tick(self, memory_fraction: float | None, figures: Figures | None = None) -> Verdict | None:
         """The judge's look on the candidate's figures (this process's own

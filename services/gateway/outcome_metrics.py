@@ -47,7 +47,7 @@ class OutcomeMetrics:
         self.remember = remember
         self._lists: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         self._surfaces: set[str] = set()
-        self._interned: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        self._interned: dict[tuple[str, str, str], tuple[tuple[str, str, str], Any]] = {}
 
     def _surface(self, surface: str) -> str:
         if surface in self._surfaces:
@@ -59,8 +59,13 @@ class OutcomeMetrics:
 
     def shown(self, recommendation_id: str, model_version: str, arm: str, surface: str) -> None:
         labels = (model_version or NO_VERSION, arm or "none", self._surface(surface))
-        labels = self._interned.setdefault(labels, labels)  # one tuple per label set
-        SHOWN.labels(*labels).inc()
+        # One tuple and one counter child per label set: no lookup in the
+        # metric's own table on every answer.
+        found = self._interned.get(labels)
+        if found is None:
+            found = self._interned[labels] = (labels, SHOWN.labels(*labels))
+        labels, shown = found
+        shown.inc()
         self._lists[recommendation_id] = labels
         if len(self._lists) > self.remember:
             self._lists.popitem(last=False)

@@ -10,8 +10,7 @@ from recserve_delivery.experiment import experiment_report
 from recserve_delivery.rollout import Plan, Rollout, VersionWindow
 from recserve_delivery.state import Triggers
 from recserve_kit.errors import InvalidArgument
-from recserve_model.catalogue import CatalogueSchema, EventKind
-from tests.unit.test_guardrail import write
+from tests.unit.test_guardrail import clicks_rollout, write
 
 
 def experiment(share: float = 50.0, seconds: float = 60.0, **overrides) -> Plan:
@@ -72,11 +71,8 @@ def test_an_experiment_is_one_split_below_everyone(tmp_path, steps, seconds, fie
 
 
 def test_the_report_covers_the_experiments_window_only(tmp_path):
-    schema = CatalogueSchema({}, {"click": EventKind("positive")})
-    (tmp_path / "artifacts" / "v1").mkdir(parents=True)
-    schema.save(tmp_path / "artifacts" / "v1")
     now = [1000.0]
-    rollout = Rollout(tmp_path, "v1", clock=lambda: now[0])
+    rollout = clicks_rollout(tmp_path, now)
     rollout.start(experiment(seconds=100.0))
     lists = [{"recommendation_id": f"r{n}", "at": 1000.0 + n, "arm": "", "surface": "home",
               "model_version": "v1" if n % 2 else "v2", "items": [str(n)]}

@@ -71,12 +71,17 @@ def write(path, records):
         out.writelines(json.dumps(r) + "\n" for r in records)
 
 
+def clicks_rollout(data_dir, now: list[float]) -> Rollout:
+    """A rollout from stable v1, whose artifact declares one event type
+    (click, positive), on a clock the test moves."""
+    (data_dir / "artifacts" / "v1").mkdir(parents=True)
+    CatalogueSchema({}, {"click": EventKind("positive")}).save(data_dir / "artifacts" / "v1")
+    return Rollout(data_dir, "v1", clock=lambda: now[0])
+
+
 def test_the_rollout_follows_the_logs_for_each_arm(tmp_path):
-    schema = CatalogueSchema({}, {"click": EventKind("positive")})
-    (tmp_path / "artifacts" / "v1").mkdir(parents=True)
-    schema.save(tmp_path / "artifacts" / "v1")
     now = [1000.0]
-    rollout = Rollout(tmp_path, "v1", clock=lambda: now[0])
+    rollout = clicks_rollout(tmp_path, now)
     small = Guardrail(baseline_rate=0.5, min_detectable_drop=0.9, alpha=0.05, power=0.8)
     rollout.start(Plan("v2", [5.0, 100.0], 0.0, 1, 0.0, Triggers(), small))
     impressions = tmp_path / "events" / "impressions" / "d" / "00-g.jsonl"
