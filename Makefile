@@ -7,6 +7,8 @@ KVENV := .venv-k8s
 PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
 DATA ?= data
+# A dataset directory of your own (docs/data.md); empty: the MovieLens-100K demo.
+DATASET ?=
 
 .PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server java \
 	compose-up compose-down compose-test k8s-check
@@ -49,10 +51,10 @@ setup: $(VENV)/.paths $(TVENV)/.installed gen/.stamp $(VENV)/.client  ## environ
 proto: gen/.stamp  ## Python stubs (.pyi too) and Envoy's descriptor set from protos/
 
 artifacts: setup  ## data, models, indexes, Triton repository (skipped when up to date)
-	$(PY) -m pipelines build --data-dir $(DATA)
+	$(PY) -m pipelines build --data-dir $(DATA)$(if $(DATASET), --dataset $(abspath $(DATASET)))
 
-run: artifacts  ## set everything up and serve the whole stack on 127.0.0.1
-	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up --demo
+run: artifacts  ## set everything up and serve the whole stack on 127.0.0.1 (DATASET=DIR DATA=DIR: yours)
+	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up$(if $(DATASET),, --demo)
 
 redis-server:  ## Debian's redis-server, for the Redis online-store tests
 	@command -v redis-server >/dev/null || { (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null 2>&1 \

@@ -13,6 +13,7 @@ COMMANDS: dict[str, str] = {
     "idle": "bench.commands.serving.idle:idle",
     "answers": "bench.commands.quality.answers:answers",
     "quality": "bench.commands.quality.quality:quality",
+    "baselines": "bench.commands.quality.baselines:baselines_command",
     "cold-start": "bench.commands.quality.cold_start:cold_start",
     "simulate": "bench.commands.quality.simulate:simulate",
     "features": "bench.commands.components.features:features",

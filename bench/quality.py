@@ -59,15 +59,22 @@ def live_metrics(
     return totals
 
 
-def compare(target: str, data_dir: Path, exclude: set[str] = frozenset()) -> dict[str, object]:
-    """Live and offline metrics of the current artifact, on the same users."""
-    truth, _ = movielens_split(data_dir)  # each user's latest 10, as the nightly gates read
+def compare(
+    target: str,
+    data_dir: Path,
+    exclude: set[str] = frozenset(),
+    dataset_dir: Path | None = None,
+) -> dict[str, object]:
+    """Live and offline metrics of the current artifact, on the same users
+    (of the demo dataset, or of ``dataset_dir``, the one the artifact was built from)."""
+    # Each user's latest 10, as the nightly gates read.
+    truth, _ = movielens_split(data_dir, dataset_dir)
     users = sorted(u for u in truth if u not in exclude)
     answers = asyncio.run(live_answers(target, users))
     degraded = sum(1 for reply in answers.values() if reply.degraded)
     served = {reply.model_version for reply in answers.values() if reply.model_version}
     artifact = artifacts.current(data_dir)
-    offline = evaluate_artifact(artifact, data_dir / "raw", set(users))["ranked"]
+    offline = evaluate_artifact(artifact, data_dir / "raw", set(users), dataset_dir)["ranked"]
     live = live_metrics(answers, truth)
     return {
         "artifact": artifact.name,

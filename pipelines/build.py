@@ -173,6 +173,9 @@ def train_and_export(
     console.print("exporting ONNX models")
     paths = {
         "user_tower": export.export_user_tower(tower, spec, out / "user_tower" / "model.onnx"),
+        "item_tower": export.export_item_tower(
+            tower, spec, inputs.item_features, out / "item_tower" / "model.onnx"
+        ),
         "ranker": export.export_ranker(ranker, spec, out / "ranker" / "model.onnx"),
         "ranker_int8": export.export_ranker(
             Int8Ranker(ranker), spec, out / "ranker_int8" / "model.onnx"

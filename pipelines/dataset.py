@@ -15,6 +15,7 @@ computed from the training period only, so nothing from the future leaks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines import movielens
-from recserve_data import ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
+from recserve_data import Column, ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
 from recserve_feast.activity import RECENT_ITEMS, SEEN_ITEMS
 from recserve_model.catalogue import CatalogueSchema, EventKind
 
@@ -89,6 +90,11 @@ def present(value: object) -> object:
     return None if pd.isna(value) else value  # type: ignore[call-overload]
 
 
+def learned(columns: Mapping[str, Column]) -> dict[str, ColumnType]:
+    """The declared columns a model could learn from: every one but text."""
+    return {n: c.type for n, c in columns.items() if c.type is not ColumnType.TEXT}
+
+
 def shape_problems(data: Dataset) -> list[str]:
     """What the build does not support yet in a valid dataset: anything
     beyond MovieLens's shape (one rating event type; items with a numeric
@@ -101,14 +107,17 @@ def shape_problems(data: Dataset) -> list[str]:
     extra = sorted(set(spec.interactions.columns) - {e.value_column for e in events.values()})
     if extra:
         problems.append(f"interaction columns {extra}: none beyond the rating's value")
-    year = spec.items.columns.get("year")
-    if year is None or year.type is not ColumnType.NUMERIC or len(spec.items.columns) != 1:
-        problems.append(f"item columns {sorted(spec.items.columns)}: exactly one, year (numeric)")
-    users = {n: c.type for n, c in spec.users.columns.items()} if spec.users else None
+    # Text columns (a source's own ids, descriptions) are kept, not learned from.
+    item_columns = learned(spec.items.columns)
+    if item_columns != {"year": ColumnType.NUMERIC}:
+        problems.append(
+            f"item columns {sorted(item_columns)}: exactly one beside text, year (numeric)"
+        )
+    users = learned(spec.users.columns) if spec.users else None
     if users != USER_COLUMNS:
         problems.append(
             f"user columns {users}: a users table with exactly age (numeric), gender and "
-            "occupation (categorical)"
+            "occupation (categorical) beside text"
         )
     inactive = int((~data.items["active"]).sum())
     if inactive:
@@ -161,9 +170,10 @@ def read_dataset(directory: Path) -> tuple[Report, MovieLens]:
     return report, movielens_frames(data)
 
 
-def load_movielens(raw_dir: Path) -> MovieLens:
-    """The demo dataset, MovieLens-100K, through the contract."""
-    return read_dataset(movielens.demo_dataset(raw_dir))[1]
+def load_movielens(raw_dir: Path, dataset_dir: Path | None = None) -> MovieLens:
+    """The demo dataset, MovieLens-100K, through the contract; or the
+    dataset directory an artifact was built from."""
+    return read_dataset(dataset_dir or movielens.demo_dataset(raw_dir))[1]
 
 
 @dataclass

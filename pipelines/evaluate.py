@@ -120,14 +120,18 @@ def evaluate(
 
 
 def evaluate_artifact(
-    artifact: Path, raw_dir: Path, only_users: set[str] | None = None
+    artifact: Path,
+    raw_dir: Path,
+    only_users: set[str] | None = None,
+    dataset_dir: Path | None = None,
 ) -> dict[str, dict[str, float]]:
-    """The same evaluation, of a built artifact (its ONNX files and vectors)."""
+    """The same evaluation, of a built artifact (its ONNX files and vectors),
+    on the demo dataset or ``dataset_dir`` (the one it was built from)."""
     from pipelines import dataset
     from pipelines.train import encode_inputs
     from recserve_model.encoding import EncodingSpec
 
-    data = dataset.load_movielens(raw_dir)
+    data = dataset.load_movielens(raw_dir, dataset_dir)
     split = dataset.temporal_split(data.interactions)
     spec = EncodingSpec.load(artifact / "encoding.json")
     inputs = encode_inputs(spec, dataset.feature_tables(data, split.train))

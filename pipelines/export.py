@@ -1,4 +1,4 @@
-"""ONNX export of the user tower and the ranker (fp32 and int8 tables).
+"""ONNX export of the towers and the ranker (fp32 and int8 tables).
 
 Uses torch's dynamo exporter with a dynamic batch axis; weights go to
 ``model.onnx.data`` beside ``model.onnx`` (external data), the form that
@@ -7,17 +7,20 @@ lets a table over 2 GB load at all.
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.export import Dim
 
 from pipelines.models import Int8Ranker, Ranker, TwoTower
 from recserve_model.affinity import RANK as AFFINITY_RANK
-from recserve_model.encoding import HISTORY_LEN, EncodingSpec
+from recserve_model.encoding import CATEGORY_OFFSET, HISTORY_LEN, OOV_ROW, EncodingSpec
 
 USER_TOWER_INPUTS = ("user_features", "history")
 USER_TOWER_OUTPUTS = ("user_vector",)
@@ -30,6 +33,8 @@ RANKER_INPUTS = (
     "user_affinity",
 )
 RANKER_OUTPUTS = ("score",)
+ITEM_TOWER_INPUTS = ("item_id", "item_features")
+ITEM_TOWER_OUTPUTS = ("item_vector",)
 
 
 def _export(
@@ -68,6 +73,33 @@ class _UserTowerExport(nn.Module):
         return self.user(user_features, history)
 
 
+class _ItemTowerExport(nn.Module):
+    """The item tower, also for items the build did not see (UpsertItems
+    without a vector). Their id is out of the vocabulary, and that row is
+    never trained; in its place such an item gets the mean id embedding of
+    the known items in its categories (of all known items when it has none),
+    a content prior: measured against the plain mean in docs/data.md."""
+
+    def __init__(self, model: TwoTower, item_features: np.ndarray) -> None:
+        super().__init__()
+        self.item = copy.deepcopy(model.item)
+        table = self.item.id_embedding.weight.detach()[OOV_ROW + 1 :]
+        categories = torch.from_numpy(item_features[OOV_ROW + 1 :, CATEGORY_OFFSET:])
+        counts = categories.sum(dim=0).clamp(min=1.0)[:, None]
+        self.register_buffer("category_means", (categories.T @ table) / counts)
+        self.register_buffer("overall_mean", table.mean(dim=0, keepdim=True))
+
+    def forward(self, item_id: torch.Tensor, item_features: torch.Tensor) -> torch.Tensor:
+        rows = item_id[:, 0]
+        categories = item_features[:, CATEGORY_OFFSET:]
+        count = categories.sum(dim=1, keepdim=True)
+        prior = (categories @ self.category_means) / count.clamp(min=1.0)
+        prior = torch.where(count > 0, prior, self.overall_mean)
+        learned = self.item.id_embedding(rows)
+        embedding = torch.where((rows == OOV_ROW)[:, None], prior, learned)
+        return F.normalize(self.item.net(torch.cat([embedding, item_features], dim=-1)), dim=-1)
+
+
 def example_user_inputs(spec: EncodingSpec, batch: int = 2) -> tuple[torch.Tensor, ...]:
     return (
         torch.zeros(batch, spec.user_dim),
@@ -96,6 +128,15 @@ def export_user_tower(model: TwoTower, spec: EncodingSpec, path: Path) -> Path:
         USER_TOWER_OUTPUTS,
         path,
     )
+
+
+def export_item_tower(
+    model: TwoTower, spec: EncodingSpec, item_features: np.ndarray, path: Path
+) -> Path:
+    """``item_features``: every known item's, by row (the category priors)."""
+    example = (torch.zeros(2, 1, dtype=torch.int64), torch.zeros(2, spec.item_dim))
+    module = _ItemTowerExport(model, item_features).eval()
+    return _export(module, example, ITEM_TOWER_INPUTS, ITEM_TOWER_OUTPUTS, path)
 
 
 def export_ranker(model: Ranker | Int8Ranker, spec: EncodingSpec, path: Path) -> Path:

@@ -12,6 +12,8 @@ Batching choices (see docs/benchmarks.md for the measurements):
     of 200 candidates. Queue delay 250 us, chosen by a sweep of 0.25/0.5/1/2
     ms (`python -m bench ranker --parts batching`): every window reached the
     same peak within p99 50 ms, and the short one costs least at low load.
+  item_tower: one row per item, for items upserted without a vector (the
+    retriever calls the ranker's EmbedItems); rare, batched by the caller.
   user_tower: one row per user (EmbedUser). Queue delay 250 us, from a sweep
     of no batching, 0.25 and 1 ms (`python -m bench ranker --parts
     batching-user`): 3.05x the throughput of no batching within p99 50 ms,
@@ -81,6 +83,20 @@ def model_specs(spec: EncodingSpec, affinity_rank: int = AFFINITY_RANK) -> list[
             ),
             (Tensor("user_vector", "TYPE_FP32", (d,)),),
             max_batch_size=256,
+            cpu_queue_delay_us=250,
+            gpu_queue_delay_us=500,
+        ),
+        # Items the build did not see, one row each (UpsertItems without a
+        # vector); called in batches by the retriever, rarely, so no sweep.
+        ModelSpec(
+            "item_tower",
+            "item_tower",
+            (
+                Tensor("item_id", "TYPE_INT64", (1,)),
+                Tensor("item_features", "TYPE_FP32", (spec.item_dim,)),
+            ),
+            (Tensor("item_vector", "TYPE_FP32", (d,)),),
+            max_batch_size=1024,
             cpu_queue_delay_us=250,
             gpu_queue_delay_us=500,
         ),
@@ -189,6 +205,8 @@ def generate(
     return {
         m.name: publish_model(repository, m, artifact, version, protected)
         for m in model_specs(spec)
+        # An artifact from before the item tower's export publishes without it.
+        if (artifact / m.source / "model.onnx").exists()
     }
 
 

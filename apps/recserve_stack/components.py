@@ -37,6 +37,8 @@ def service_environment(settings: StackSettings) -> dict[str, str]:
     env["RECSERVE_GATEWAY_FEATURES_ADDR"] = internal_address(settings, "features")
     env["RECSERVE_GATEWAY_RETRIEVER_ADDR"] = internal_address(settings, "retriever")
     env["RECSERVE_GATEWAY_RANKER_ADDR"] = internal_address(settings, "ranker")
+    # The item tower, for items upserted without a vector.
+    env["RECSERVE_RETRIEVER_RANKER_ADDR"] = internal_address(settings, "ranker")
     return env
 
 

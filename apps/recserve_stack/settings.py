@@ -133,7 +133,7 @@ class StackSettings(BaseSettings):
         None, description="Triton's model repository; unset: <data_dir>/triton/repository."
     )
     triton_models: list[str] = Field(
-        default_factory=lambda: ["user_tower", "ranker"],
+        default_factory=lambda: ["user_tower", "ranker", "item_tower"],
         description="Models Triton loads at start, as JSON.",
     )
     triton_config_name: str = Field(

@@ -31,4 +31,4 @@ COPY infra/triton/start.sh /usr/local/bin/start-triton
 USER 10001:10001
 # start-triton adds the stack's TLS and control restrictions from /data/tls,
 # then TRITON_EXTRA_ARGS (e.g. the trace flags the observability layer adds).
-CMD ["start-triton", "/opt/venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver", "--model-repository=/data/triton/repository", "--backend-directory=/opt/backends", "--model-control-mode=explicit", "--load-model=user_tower", "--load-model=ranker", "--strict-readiness=true"]
+CMD ["start-triton", "/opt/venv/lib/python3.11/site-packages/pytriton/tritonserver/bin/tritonserver", "--model-repository=/data/triton/repository", "--backend-directory=/opt/backends", "--model-control-mode=explicit", "--load-model=user_tower", "--load-model=ranker", "--load-model=item_tower", "--strict-readiness=true"]

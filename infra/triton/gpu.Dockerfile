@@ -23,4 +23,4 @@ USER 10001:10001
 # (configs/gpu.pbtxt) sit beside the CPU ones. start-triton adds the stack's
 # TLS and control restrictions from /data/tls, then TRITON_EXTRA_ARGS (e.g.
 # the trace flags the observability layer adds).
-CMD ["start-triton", "tritonserver", "--model-repository=/data/triton/repository", "--model-config-name=gpu", "--model-control-mode=explicit", "--load-model=user_tower", "--load-model=ranker", "--strict-readiness=true"]
+CMD ["start-triton", "tritonserver", "--model-repository=/data/triton/repository", "--model-config-name=gpu", "--model-control-mode=explicit", "--load-model=user_tower", "--load-model=ranker", "--load-model=item_tower", "--strict-readiness=true"]

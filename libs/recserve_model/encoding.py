@@ -12,6 +12,7 @@ import numpy as np
 
 HISTORY_LEN = 20  # recent items fed to the user tower
 OOV_ROW = 0  # embedding row for ids the model has never seen
+CATEGORY_OFFSET = 3  # an item's features: year, popularity, mean rating, then its categories
 _COUNT_SCALE = math.log1p(1000.0)
 
 
@@ -30,7 +31,7 @@ class EncodingSpec:
 
     @property
     def item_dim(self) -> int:
-        return 3 + len(self.genres)
+        return CATEGORY_OFFSET + len(self.genres)
 
     @property
     def num_rows(self) -> int:
@@ -90,5 +91,5 @@ class Encoder:
         for genre in genres:
             index = self.genre_index.get(genre)
             if index is not None:
-                vec[3 + index] = 1.0
+                vec[CATEGORY_OFFSET + index] = 1.0
         return vec

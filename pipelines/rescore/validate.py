@@ -19,13 +19,16 @@ from pipelines.rescore import gates, layout
 from pipelines.rescore.job import RunConfig
 
 
-def movielens_split(data_dir: Path) -> tuple[dict[str, set[str]], pd.DataFrame]:
+def movielens_split(
+    data_dir: Path, dataset_dir: Path | None = None
+) -> tuple[dict[str, set[str]], pd.DataFrame]:
     """The held-out (latest) interactions of the pipeline's temporal split,
-    and everything before them (what EASE, the reference, learns from)."""
+    and everything before them (what EASE, the reference, learns from); of
+    the demo dataset, or of ``dataset_dir``."""
     raw = data_dir / "raw"
-    if not raw.exists():
+    if not raw.exists() and dataset_dir is None:
         return {}, pd.DataFrame({"user_id": [], "item_id": []})
-    split = dataset.temporal_split(dataset.load_movielens(raw).interactions)
+    split = dataset.temporal_split(dataset.load_movielens(raw, dataset_dir).interactions)
     truth = {str(u): set(map(str, g)) for u, g in split.test.groupby("user_id")["item_id"]}
     return truth, split.train.astype({"user_id": str, "item_id": str})
 

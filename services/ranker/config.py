@@ -23,6 +23,9 @@ class RankerSettings(ServiceSettings):
     user_model: str = Field(
         "user_tower", description="Triton model that embeds a user (EmbedUser)."
     )
+    item_model: str = Field(
+        "item_tower", description="Triton model that embeds an item (EmbedItems)."
+    )
     max_candidates: int = Field(
         1000, ge=1, le=10000, description="Most candidates one Score call may carry."
     )

@@ -21,7 +21,7 @@ from typing import TypeVar
 import numpy as np
 
 from recserve_delivery.rollout import Plan, Rollout
-from recserve_kit.errors import InvalidArgument, Unavailable
+from recserve_kit.errors import FailedPrecondition, InvalidArgument, Unavailable
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import vectors_or_zeros
 from recserve_model.encoding import Encoder
@@ -154,6 +154,35 @@ class Ranker:
             self.models.tracker(loaded.version, timed=False),
         )
         return vector[0], loaded.version
+
+    async def embed_items(
+        self, version: str, items: Sequence[CandidateInput], timeout_s: float
+    ) -> tuple[np.ndarray, str, int]:
+        """The item tower's vectors, in the space of ``version`` (loaded;
+        empty: the stable one), and how many ids it has never seen."""
+        self._check_count(len(items), "items")
+        loaded = self.models.loaded_version(version) if version else self.models.current()
+        if loaded.item_model_version is None:
+            raise FailedPrecondition(
+                f"model version {loaded.version} has no item tower (built before it was "
+                "exported): give the items a vector"
+            )
+        await self.triton.ensure_loaded(self.settings.item_model, loaded.item_model_version)
+        encoder = loaded.encoder
+        rows = encoder.item_rows([i.item_id for i in items])
+        features = np.stack(
+            [encoder.item(i.year, i.popularity, i.mean_rating, i.categories) for i in items]
+        )
+        vectors = await self.triton.infer(
+            self.settings.item_model,
+            loaded.item_model_version,
+            [("item_id", rows[:, None]), ("item_features", features)],
+            "item_vector",
+            timeout_s,
+        )
+        if not np.isfinite(vectors).all():
+            raise Unavailable(f"model version {loaded.version}'s item tower returned non-finite")
+        return vectors.astype(np.float32, copy=False), loaded.version, int((rows == 0).sum())
 
     def _check_count(self, n: int, field: str) -> None:
         if not n:

@@ -33,9 +33,9 @@ def to_user(message: features_pb2.UserFeatures) -> UserInput:
     )
 
 
-def to_candidate(message: pb.Candidate, n: int) -> CandidateInput:
+def to_candidate(message: pb.Candidate, n: int, field: str = "candidates") -> CandidateInput:
     if not message.item_id:
-        raise InvalidArgument(f"candidates[{n}].item_id", "is empty")
+        raise InvalidArgument(f"{field}[{n}].item_id", "is empty")
     f = message.features
     return CandidateInput(
         message.item_id,
@@ -63,6 +63,24 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         trace.get_current_span().set_attribute(attr.MODEL_VERSION, version)
         return pb.EmbedUserResponse(
             vector=vector.tolist(), model_version=version, vector_f32=vector.tobytes()
+        )
+
+    async def EmbedItems(
+        self, request: pb.EmbedItemsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EmbedItemsResponse:
+        items = [
+            to_candidate(pb.Candidate(item_id=i.item_id, features=i), n, "items")
+            for n, i in enumerate(request.items)
+        ]
+        vectors, version, unknown = await self.ranker.embed_items(
+            request.model_version, items, self._timeout(context)
+        )
+        trace.get_current_span().set_attribute(attr.MODEL_VERSION, version)
+        return pb.EmbedItemsResponse(
+            vectors_f32=vectors.tobytes(),
+            dimension=vectors.shape[1],
+            model_version=version,
+            unknown_items=unknown,
         )
 
     async def Score(

@@ -50,6 +50,8 @@ class Loaded:
     # The user's side of the ranker's affinity feature (None: an artifact from
     # before it, whose ranker graph does not read it).
     affinity: UserAffinity | None = None
+    # The item tower's Triton version (None: an artifact from before its export).
+    item_model_version: int | None = None
 
 
 def read_versions(settings: RankerSettings, model: str) -> dict[str, int]:
@@ -111,7 +113,8 @@ class ModelVersions:
         artifacts.verify(directory)
         spec = EncodingSpec.load(directory / "encoding.json")
         affinity = UserAffinity.load(directory)
-        return Loaded(version, user[version], ranking[version], Encoder(spec), affinity)
+        item = read_versions(self.settings, self.settings.item_model).get(version)
+        return Loaded(version, user[version], ranking[version], Encoder(spec), affinity, item)
 
     def _newest_version(self) -> str:
         ranking = read_versions(self.settings, self.settings.ranking_model)

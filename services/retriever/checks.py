@@ -58,9 +58,17 @@ def check_filter(flt: SearchFilter, schema: CatalogueSchema) -> None:
         raise InvalidArgument("filter.attributes" + problem[0], problem[1])
 
 
+NO_VECTOR = np.zeros(0, dtype=np.float32)  # the item tower embeds it (item_tower)
+
+
 def check_item(item: ItemInput, field: str, dimension: int, schema: CatalogueSchema) -> ItemRecord:
+    """The item as stored; an empty vector stays empty (NO_VECTOR) for the
+    item tower to fill."""
     check_id(item.item_id, f"{field}.item_id")
-    vector = check_vector(item.vector, dimension, f"{field}.vector")
+    if len(item.vector):
+        vector = check_vector(item.vector, dimension, f"{field}.vector")
+    else:
+        vector = NO_VECTOR
     if any(not c or len(c) > 64 for c in item.categories):
         raise InvalidArgument(f"{field}.categories", "empty or longer than 64 characters")
     if not 0 <= item.year <= 3000:

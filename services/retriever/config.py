@@ -32,3 +32,11 @@ class RetrieverSettings(ServiceSettings):
     refresh_interval_s: float = Field(
         5.0, ge=0, description="How often to look for a new artifact version; 0 disables."
     )
+    ranker_addr: str = Field(
+        "",
+        description="The ranker, whose item tower embeds items upserted without a vector; "
+        "empty: such an item is refused (FAILED_PRECONDITION).",
+    )
+    embed_timeout_s: float = Field(
+        5.0, gt=0, description="Cap on the ranker's EmbedItems for one UpsertItems call."
+    )

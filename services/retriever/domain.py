@@ -250,6 +250,10 @@ class Retriever:
     def info(self) -> StoreInfo:
         return self._store().info()
 
+    @property
+    def dimension(self) -> int:
+        return self._store().dimension
+
     # -- writes --------------------------------------------------------------
 
     def to_records(self, raw: Sequence[ItemInput]) -> list[ItemRecord]:

@@ -9,6 +9,7 @@ from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
 from services.retriever.config import RetrieverSettings
 from services.retriever.domain import Generations, Retriever
+from services.retriever.item_tower import ItemTower
 from services.retriever.servicer import RetrieverServicer
 
 SERVICE_NAME = "recserve.retriever.v1.RetrieverService"
@@ -43,6 +44,7 @@ def generations_for(settings: RetrieverSettings) -> Generations:
 
 async def create_server(settings: RetrieverSettings) -> Service:
     retriever = Retriever(settings, generations_for(settings))
+    item_tower = ItemTower(settings)
     if settings.qdrant_url != ":memory:":
         retriever.open_current()
 
@@ -54,7 +56,7 @@ async def create_server(settings: RetrieverSettings) -> Service:
         settings,
         [
             Registration(
-                RetrieverServicer(retriever),
+                RetrieverServicer(retriever, item_tower),
                 SERVICE_NAME,
                 admin_methods=frozenset({"UpsertItems", "DeleteItems"}),
             )
@@ -75,6 +77,7 @@ async def create_server(settings: RetrieverSettings) -> Service:
 
     async def close() -> None:
         retriever.close()
+        await item_tower.close()
 
     service.run_in_background(watch_artifacts)
     service.cleanups.append(close)

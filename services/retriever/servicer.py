@@ -11,6 +11,7 @@ from recserve_kit.errors import InvalidArgument
 from recserve_model.catalogue import AttributeFilter
 from services.retriever.checks import ItemInput
 from services.retriever.domain import Retriever
+from services.retriever.item_tower import ItemTower
 from services.retriever.store import SearchFilter
 
 
@@ -42,8 +43,9 @@ def scored(hits: list[tuple[str, float]]) -> list[pb.ScoredItem]:
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
-    def __init__(self, retriever: Retriever) -> None:
+    def __init__(self, retriever: Retriever, item_tower: ItemTower) -> None:
         self.retriever = retriever
+        self.item_tower = item_tower
 
     async def Search(
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
@@ -75,8 +77,12 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
     async def UpsertItems(
         self, request: pb.UpsertItemsRequest, context: grpc.aio.ServicerContext
     ) -> pb.UpsertItemsResponse:
-        records = self.retriever.to_records([to_input(i) for i in request.items])
-        return pb.UpsertItemsResponse(upserted=await self.retriever.upsert(records))
+        retriever = self.retriever
+        records = retriever.to_records([to_input(i) for i in request.items])
+        records = await self.item_tower.complete(
+            records, retriever.artifact_version, retriever.dimension
+        )
+        return pb.UpsertItemsResponse(upserted=await retriever.upsert(records))
 
     async def DeleteItems(
         self, request: pb.DeleteItemsRequest, context: grpc.aio.ServicerContext

@@ -79,3 +79,8 @@ def test_the_ml1m_import_passes_with_ids_mapped_to_the_policy(tmp_path):
     assert rated == 3706
     first = data.items.iloc[0]
     assert (first["item_id"], first["source_id"]) == ("1", "Toy Story (1995)")
+    # The build takes it: its text columns (the source ids) are kept, not learned from.
+    assert dataset.shape_problems(data) == []
+    frames = dataset.movielens_frames(data)
+    assert len(frames.interactions) == 1_000_209 and frames.name == "ml1m"
+    assert set(frames.users.columns) == {"user_id", "age", "gender", "occupation"}

@@ -44,7 +44,7 @@ def setup(built, tmp_path_factory):
     (root / "artifacts" / second).symlink_to(built.directory)
     spec = EncodingSpec.load(built.directory / "encoding.json")
     for model in model_specs(spec):
-        if model.name in ("user_tower", "ranker"):
+        if model.name in ("user_tower", "ranker", "item_tower"):
             publish_model(repository, model, built.directory, second)
     # Serving waits 250 µs for a batch to fill, tuned for latency; on a busy
     # host a burst of concurrent Scores can reach Triton further apart than
@@ -61,7 +61,8 @@ def setup(built, tmp_path_factory):
 @pytest.fixture(scope="module")
 def triton(setup):
     root, repository, _ = setup
-    with running_triton(root / "triton-run", repository, ["user_tower", "ranker"]) as server:
+    models = ["user_tower", "ranker", "item_tower"]
+    with running_triton(root / "triton-run", repository, models) as server:
         yield server
 
 
@@ -344,6 +345,57 @@ async def test_input_limits_and_unknown_ids(ranker, catalog):
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await stub.LoadModel(pb.LoadModelRequest(version="no-such-version"))
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def item_message(row):
+    return fpb.ItemFeatures(
+        item_id=row.item_id,
+        year=int(row.year),
+        categories=list(row.genres),
+        popularity=int(row.popularity),
+        mean_rating=float(row.mean_rating),
+    )
+
+
+async def test_embed_items_gives_the_builds_vectors_and_new_items_one(built, ranker, catalog):
+    """The item tower in Triton reproduces the vectors the build indexed; an
+    item it never saw is embedded from its features and its categories'
+    prior, whatever its id."""
+    stub, _, _ = ranker
+    _, items = catalog
+    known = items.iloc[:40]
+    horror = [
+        fpb.ItemFeatures(item_id=item_id, year=1990, categories=["Horror"])
+        for item_id in ("launch-1", "launch-2")
+    ]
+    bare = fpb.ItemFeatures(item_id="launch-3", year=1990)
+    request = pb.EmbedItemsRequest(items=[*map(item_message, known.itertuples()), *horror, bare])
+    reply = await stub.EmbedItems(request)
+    vectors = np.frombuffer(reply.vectors_f32, "<f4").reshape(43, reply.dimension)
+    stored = pd.read_parquet(built.directory / "item_vectors.parquet").set_index("item_id")
+    expected = np.stack(stored.loc[known["item_id"], "vector"].to_numpy())
+    np.testing.assert_allclose(vectors[:40], expected, rtol=1e-4, atol=1e-5)
+    assert reply.unknown_items == 3 and reply.model_version == built.version + "-b"
+    np.testing.assert_allclose(np.linalg.norm(vectors[40:], axis=1), 1.0, atol=1e-4)
+    np.testing.assert_array_equal(vectors[40], vectors[41])  # the id plays no part
+    assert not np.allclose(vectors[40], vectors[42], atol=1e-3)  # the categories do
+    for request, code, field in [
+        (pb.EmbedItemsRequest(), grpc.StatusCode.INVALID_ARGUMENT, "items"),
+        (
+            pb.EmbedItemsRequest(items=[fpb.ItemFeatures()]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "items[0].item_id",
+        ),
+        (
+            pb.EmbedItemsRequest(model_version="no-such-version", items=[bare]),
+            grpc.StatusCode.NOT_FOUND,
+            "model version 'no-such-version'",
+        ),
+    ]:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.EmbedItems(request)
+        assert raised.value.code() == code
+        assert raised.value.details().startswith(field), raised.value.details()
 
 
 async def test_model_reload_under_load_fails_no_request(ranker, catalog, setup, built):

@@ -216,6 +216,23 @@ async def test_bad_input_is_rejected_whole_with_the_field_named(retriever, items
     assert len((await stub.Search(pb.SearchRequest(vector=vectors[0], k=5, filter=odd))).items) == 5
 
 
+async def test_an_item_without_a_vector_and_no_item_tower_is_refused_whole(retriever, items):
+    """Without a ranker to embed with (RECSERVE_RETRIEVER_RANKER_ADDR unset),
+    a vector-less item is FAILED_PRECONDITION and nothing of its batch is kept."""
+    stub, _ = retriever
+    _, vectors = items
+    good = pb.Item(item_id="with-vector", vector=vectors[0], active=True)
+    bare = pb.Item(item_id="no-vector", categories=["Drama"], active=True)
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stub.UpsertItems(pb.UpsertItemsRequest(items=[good, bare]))
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert raised.value.details().startswith("items[1].vector is empty")
+    for item_id in ("with-vector", "no-vector"):
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await stub.SimilarItems(pb.SimilarItemsRequest(item_id=item_id, k=1))
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
 async def test_similar_items_exclude_the_item_itself(retriever, items):
     stub, _ = retriever
     frame, _ = items

@@ -14,13 +14,19 @@ from bench.output import console, write
 def quality(
     target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
     data_dir: Annotated[Path, typer.Option(help="The stack's data dir.")] = Path("data"),
+    dataset_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset", help="The dataset the artifact was built from; default: ML-100K."
+        ),
+    ] = None,
     out: Path | None = None,
 ) -> None:
     """Recall and NDCG of Recommend through the live stack for every held-out
     user, next to the offline evaluation of the artifact it serves."""
     from bench.quality import compare
 
-    result = compare(target, data_dir.resolve())
+    result = compare(target, data_dir.resolve(), dataset_dir=dataset_dir)
     table = Table(title=f"{result['users']} held-out users, artifact {result['artifact']}")
     for column in ("metric", "offline", "live (Envoy)", "difference"):
         table.add_column(column, justify="left" if column == "metric" else "right")

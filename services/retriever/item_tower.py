@@ -1,0 +1,83 @@
+"""Vectors for items upserted without one: the ranker's EmbedItems (the
+item tower in Triton), in the space of the artifact the index was built
+from, so a new product is retrievable at once. A vector the caller gives
+is used as it is."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import grpc
+import numpy as np
+
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.ranker.v1 import ranker_pb2 as rpb
+from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve_kit import transport
+from recserve_kit.errors import FailedPrecondition, Unavailable
+from services.retriever.config import RetrieverSettings
+from services.retriever.store import ItemRecord
+
+# The ranker's answer for a version it has not loaded, or one without a tower.
+NOT_EMBEDDABLE = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class ItemTower:
+    def __init__(self, settings: RetrieverSettings) -> None:
+        self.timeout_s = settings.embed_timeout_s
+        self.channel = (
+            transport.aio_channel(settings.ranker_addr, settings.tls("retriever"))
+            if settings.ranker_addr
+            else None
+        )
+
+    async def complete(
+        self, records: Sequence[ItemRecord], version: str, dimension: int
+    ) -> list[ItemRecord]:
+        """``records`` with every missing vector embedded (all or none)."""
+        missing = [n for n, r in enumerate(records) if not len(r.vector)]
+        if not missing:
+            return list(records)
+        field = f"items[{missing[0]}].vector"
+        if self.channel is None:
+            raise FailedPrecondition(
+                f"{field} is empty and no item tower is configured "
+                "(RECSERVE_RETRIEVER_RANKER_ADDR): give the item a vector"
+            )
+        vectors = await self._embed([records[n] for n in missing], version, field)
+        if vectors.shape[1] != dimension:
+            raise FailedPrecondition(
+                f"{field}: the item tower of {version!r} gives {vectors.shape[1]} values; "
+                f"the collection has {dimension}"
+            )
+        done = list(records)
+        for n, vector in zip(missing, vectors, strict=True):
+            done[n] = replace(records[n], vector=vector)
+        return done
+
+    async def _embed(self, records: Sequence[ItemRecord], version: str, field: str) -> np.ndarray:
+        assert self.channel is not None
+        stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
+        items = [
+            fpb.ItemFeatures(item_id=r.item_id, year=r.year, categories=r.categories, found=True)
+            for r in records
+        ]
+        request = rpb.EmbedItemsRequest(model_version=version, items=items)
+        try:
+            reply = await stub.EmbedItems(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in NOT_EMBEDDABLE:
+                raise FailedPrecondition(
+                    f"{field} is empty and the item tower cannot embed it: {exc.details()}"
+                ) from None
+            raise Unavailable(
+                f"{field} is empty and the item tower (the ranker) did not answer: "
+                f"{exc.code().name}; retry, or give the item a vector"
+            ) from None
+        vectors = np.frombuffer(reply.vectors_f32, dtype="<f4")
+        return vectors.reshape(len(records), reply.dimension)
+
+    async def close(self) -> None:
+        if self.channel is not None:
+            await self.channel.close()
