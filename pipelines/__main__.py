@@ -20,6 +20,7 @@ app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
 app.add_typer(rescore_app, name="rescore")
 app.command("validate")(data_cli.validate)
 app.command("import-movielens")(data_cli.import_movielens)
+app.command("generate-shop")(data_cli.generate_shop)
 app.command("outcomes")(outcomes_cli.outcomes_command)
 console = cli_console(stderr=True)
 
@@ -44,8 +45,7 @@ def build(
         Path | None,
         typer.Option(
             "--dataset",
-            help="A dataset directory in the contract (docs/data.md); default: MovieLens-100K. "
-            "For now of MovieLens's shape only.",
+            help="A dataset directory in the contract (docs/data.md); default: MovieLens-100K.",
         ),
     ] = None,
     with_events: Annotated[

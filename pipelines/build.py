@@ -80,11 +80,15 @@ def version_id(fingerprint: str, config: TrainConfig, name: str = "ml100k") -> s
 
 
 def popular_lists(
-    tables: dict[str, pd.DataFrame], attributes: Mapping[str, Mapping[str, object]] | None = None
+    tables: dict[str, pd.DataFrame],
+    attributes: Mapping[str, Mapping[str, object]] | None = None,
+    inactive: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
-    """Most-rated items overall and per category: the gateway's fallback,
-    each with its filterable attributes so a filtered fallback can honour them."""
+    """Most-rated active items overall and per category: the gateway's
+    fallback, each with its filterable attributes so a filtered fallback can
+    honour them."""
     items = tables["item_profile"].merge(tables["item_stats"], on="item_id")
+    items = items[~items["item_id"].isin(inactive)]
     items = items.sort_values(["popularity", "item_id"], ascending=[False, True])
     attributes = attributes or {}
 
@@ -128,7 +132,7 @@ def item_vector_table(
             "item_id": items["item_id"],
             "vector": [vectors[row_of[i]].astype(np.float32) for i in items["item_id"]],
             "categories": items["genres"],
-            "active": True,
+            "active": [i not in data.inactive for i in items["item_id"]],
             "title": items["title"],
             "year": items["year"],
             # Payload form (recserve_model.catalogue), as JSON: kinds differ by attribute.
@@ -166,9 +170,12 @@ def train_and_export(
         out / "item_vectors.parquet", index=False
     )
     data.catalogue.save(out)
-    (out / "popular.json").write_text(json.dumps(popular_lists(tables, data.item_attributes)))
+    popular = popular_lists(tables, data.item_attributes, data.inactive)
+    (out / "popular.json").write_text(json.dumps(popular))
     occupations = sorted(data.users["occupation"].unique())
-    lists = onboarding_model.segment_lists(split.train, data.users, inputs.encoder, occupations)
+    lists = onboarding_model.segment_lists(
+        split.train, data.users, inputs.encoder, occupations, data.inactive
+    )
     (out / segment.FILE).write_text(json.dumps(lists))
     console.print("exporting ONNX models")
     paths = {
@@ -188,7 +195,7 @@ def train_and_export(
         f"ranker: kept epoch {ranker_training['kept_epoch']} (held-out users' NDCG@10 "
         f"by epoch: {ranker_training['held_out_ndcg@10_by_epoch']})"
     )
-    metrics = evaluate.evaluate(split, inputs, vectors, paths)
+    metrics = evaluate.evaluate(split, inputs, vectors, paths, inactive=data.inactive)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return metrics
 
@@ -228,6 +235,12 @@ def training_data(
     source = dataset_dir or movielens.demo_dataset(data_dir / "raw")
     report, data = dataset.read_dataset(source)
     console.print(f"validate {report.summary()}")
+    if data.dropped_users:
+        console.print(
+            f"left out {data.dropped_users} users with fewer than "
+            f"{dataset.NEEDS.min_user_interactions} items with a positive or rating event "
+            "(the split's minimum)"
+        )
     if not with_events:
         return data, 0
     logged = logged_events.read_logged(data_dir, data)

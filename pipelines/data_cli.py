@@ -1,5 +1,5 @@
-"""`python -m pipelines validate DIR` and `import-movielens`: the dataset
-contract from the command line."""
+"""`python -m pipelines validate DIR`, `import-movielens` and
+`generate-shop`: the dataset contract from the command line."""
 
 from __future__ import annotations
 
@@ -94,6 +94,25 @@ def import_movielens(
     except FileExistsError as refused:
         console.print(f"[red]{refused}[/]")
         raise typer.Exit(1) from None
+    report, _ = inspect(written, dataset.NEEDS)
+    print_report(report, console)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def generate_shop(
+    out: Annotated[Path, typer.Option(help="The dataset directory to write.")],
+    items: Annotated[int, typer.Option(min=10, help="Products.")] = 20_000,
+    users: Annotated[int, typer.Option(min=10, help="Shoppers.")] = 10_000,
+    events: Annotated[int, typer.Option(min=100, help="Events of all types, about.")] = 2_000_000,
+    name: Annotated[str, typer.Option(help="The dataset's name (artifact versions).")] = "shop",
+    seed: int = 7,
+) -> None:
+    """A generated marketplace in the contract (pipelines/shop.py), then validated."""
+    from pipelines.shop import ShopSize, write_shop
+
+    console = cli_console()
+    written = write_shop(out, ShopSize(items, users, events), seed, name)
     report, _ = inspect(written, dataset.NEEDS)
     print_report(report, console)
     if report.failed:

@@ -3,9 +3,11 @@ validated and loaded as the frames the models train on, then split in time,
 and the feature tables Feast serves.
 
 MovieLens-100K is the demo dataset: imported once into the raw directory
-(pipelines.movielens) and loaded through the same contract as any other. The
-build takes, for now, datasets of MovieLens's shape only (``shape_problems``
-says what else it does not support yet).
+(pipelines.movielens) and loaded through the same contract as any other.
+The models learn, for now, from the events with a positive or rating role,
+items' categories and year, and users' age, gender and occupation; other
+declared columns are kept and filter, and are not learned from yet
+(``shape_problems`` says what the build does not take).
 
 The split is temporal per user: each user's last ``holdout`` interactions are
 the test set; the ``ranker_window`` interactions before them train the
@@ -15,7 +17,6 @@ computed from the training period only, so nothing from the future leaks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines import movielens
-from recserve_data import Column, ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
+from recserve_data import ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
 from recserve_feast.activity import RECENT_ITEMS, SEEN_ITEMS
 from recserve_model.catalogue import CatalogueSchema, EventKind
 
@@ -53,13 +54,15 @@ class UnsupportedDataset(ValueError):
 class MovieLens:
     interactions: pd.DataFrame  # user_id, item_id, rating, timestamp (int seconds)
     items: pd.DataFrame  # item_id, title, year, genres (list[str])
-    users: pd.DataFrame  # user_id, age, gender, occupation
+    users: pd.DataFrame  # user_id, age, gender, occupation (0 and "" where not known)
     fingerprint: str
     name: str = "ml100k"  # the dataset's short name: artifact versions start with it
     title: str = "MovieLens-100K (GroupLens)"
     # The declared filterable item attributes, and each item's (payload form).
     catalogue: CatalogueSchema = field(default_factory=lambda: CatalogueSchema({}))
     item_attributes: dict[str, dict[str, object]] = field(default_factory=dict)
+    inactive: frozenset[str] = frozenset()  # items never recommended (indexed inactive)
+    dropped_users: int = 0  # with too few learned interactions for the split
 
 
 def catalogue_of(data: Dataset) -> tuple[CatalogueSchema, dict[str, dict[str, object]]]:
@@ -90,69 +93,121 @@ def present(value: object) -> object:
     return None if pd.isna(value) else value  # type: ignore[call-overload]
 
 
-def learned(columns: Mapping[str, Column]) -> dict[str, ColumnType]:
-    """The declared columns a model could learn from: every one but text."""
-    return {n: c.type for n, c in columns.items() if c.type is not ColumnType.TEXT}
+# What the models learn from, beside items' categories and the events: any
+# other declared column is kept (a filterable one filters) but not learned yet.
+LEARNED_ITEM_COLUMNS = {"year": ColumnType.NUMERIC}
+LEARNED_USER_COLUMNS = USER_COLUMNS
+LEARNED_ROLES = (Role.POSITIVE, Role.RATING)
 
 
 def shape_problems(data: Dataset) -> list[str]:
-    """What the build does not support yet in a valid dataset: anything
-    beyond MovieLens's shape (one rating event type; items with a numeric
-    year; users with age, gender and occupation; every item active)."""
+    """What the build does not take yet in a valid dataset: a learned
+    column (items' year; users' age, gender, occupation) of another type,
+    or no event type it can learn from (positive or rating)."""
     problems = []
     spec = data.manifest
-    events = spec.interactions.event_types
-    if len(events) != 1 or next(iter(events.values())).role is not Role.RATING:
-        problems.append(f"event types {sorted(events)}: only one event type, a rating")
-    extra = sorted(set(spec.interactions.columns) - {e.value_column for e in events.values()})
-    if extra:
-        problems.append(f"interaction columns {extra}: none beyond the rating's value")
-    # Text columns (a source's own ids, descriptions) are kept, not learned from.
-    item_columns = learned(spec.items.columns)
-    if item_columns != {"year": ColumnType.NUMERIC}:
+    tables = [("item", spec.items.columns, LEARNED_ITEM_COLUMNS)]
+    if spec.users is not None:
+        tables.append(("user", spec.users.columns, LEARNED_USER_COLUMNS))
+    for table, columns, learned in tables:
+        for name, expected in learned.items():
+            column = columns.get(name)
+            if column is not None and column.type is not expected:
+                problems.append(
+                    f"{table} column {name!r} is {column.type.value}: the build learns it as "
+                    f"{expected.value}"
+                )
+    roles = {e.role for e in spec.interactions.event_types.values()}
+    if not roles & set(LEARNED_ROLES):
         problems.append(
-            f"item columns {sorted(item_columns)}: exactly one beside text, year (numeric)"
+            f"event types with roles {sorted(r.value for r in roles)}: none positive or rating, "
+            "nothing to learn from"
         )
-    users = learned(spec.users.columns) if spec.users else None
-    if users != USER_COLUMNS:
-        problems.append(
-            f"user columns {users}: a users table with exactly age (numeric), gender and "
-            "occupation (categorical) beside text"
-        )
-    inactive = int((~data.items["active"]).sum())
-    if inactive:
-        problems.append(f"{inactive} inactive items: every item active")
     return problems
 
 
-def movielens_frames(data: Dataset) -> MovieLens:
-    """The frames the build trains on, from a dataset of MovieLens's shape."""
-    value = next(iter(data.manifest.interactions.event_types.values())).value_column or ""
+def learned_interactions(data: Dataset) -> pd.DataFrame:
+    """user_id, item_id, rating, timestamp: the positive and rating events
+    (exposures and negatives are not learned from yet). ``rating`` is a
+    rating's value, or 0 for a positive event: an implicit interaction, as
+    the features service counts one online (in the count and the recent
+    items, not in the mean rating). A user and item with several events are
+    one interaction, at the first, with the largest value. Event weights are
+    not used by the models yet."""
     events = data.interactions
-    interactions = pd.DataFrame(
+    kinds = data.manifest.interactions.event_types
+    learned = {n: e for n, e in kinds.items() if e.role in LEARNED_ROLES}
+    events = events[events["event_type"].isin(list(learned))]
+    value = np.zeros(len(events), dtype=np.float32)
+    types = events["event_type"].to_numpy()
+    for name, kind in learned.items():
+        mask = types == name
+        if kind.role is Role.RATING:
+            value[mask] = events[kind.value_column].to_numpy(dtype=np.float32)[mask]
+    frame = pd.DataFrame(
         {
-            "user_id": events["user_id"],
-            "item_id": events["item_id"],
-            "rating": events[value].astype(np.float32),
-            "timestamp": events["timestamp"].astype(np.int64),
+            "user_id": events["user_id"].to_numpy(),
+            "item_id": events["item_id"].to_numpy(),
+            "rating": value,
+            "timestamp": events["timestamp"].to_numpy(dtype=np.int64),
         }
     )
+    if not frame.duplicated(["user_id", "item_id"]).any():
+        return frame
+    pairs = frame.groupby(["user_id", "item_id"], sort=False, as_index=False)
+    merged = pairs.agg(rating=("rating", "max"), timestamp=("timestamp", "min"))
+    return merged.astype({"rating": np.float32, "timestamp": np.int64})
+
+
+def movielens_frames(data: Dataset) -> MovieLens:
+    """The frames the build trains on, from any dataset it takes: the learned
+    interactions of users with enough of them for the split; items with
+    their categories and year (0 where none); users with age, gender and
+    occupation (0 and "" where not declared, or without a users table)."""
+    interactions = learned_interactions(data)
+    counts = interactions["user_id"].value_counts()
+    enough = counts.index[counts >= NEEDS.min_user_interactions]
+    dropped = int(len(counts) - len(enough))
+    interactions = interactions[interactions["user_id"].isin(enough)].reset_index(drop=True)
+    declared = data.items.columns
     items = pd.DataFrame(
         {
             "item_id": data.items["item_id"],
             "title": data.items["title"],
-            "year": data.items["year"].fillna(0).astype(np.int32),
+            "year": data.items["year"].fillna(0).astype(np.int32) if "year" in declared else 0,
             "genres": data.items["categories"],
         }
-    )
-    assert data.users is not None  # shape_problems requires a users table
-    users = data.users[["user_id", "age", "gender", "occupation"]].copy()
-    users["age"] = users["age"].astype(np.int32)
+    ).astype({"year": np.int32})
+    users = user_frame(data, set(enough))
+    inactive = frozenset(data.items.loc[~data.items["active"].astype(bool), "item_id"])
     manifest = data.manifest
     schema, values = catalogue_of(data)
     return MovieLens(
-        interactions, items, users, data.fingerprint, manifest.name, manifest.title, schema, values
+        interactions,
+        items,
+        users,
+        data.fingerprint,
+        manifest.name,
+        manifest.title,
+        schema,
+        values,
+        inactive,
+        dropped,
     )
+
+
+def user_frame(data: Dataset, users: set[str]) -> pd.DataFrame:
+    """user_id, age, gender, occupation of the given users."""
+    if data.users is None:
+        frame = pd.DataFrame({"user_id": sorted(users)})
+    else:
+        frame = data.users[data.users["user_id"].isin(users)].reset_index(drop=True)
+    defaults = {"age": 0, "gender": "", "occupation": ""}
+    out = pd.DataFrame({"user_id": frame["user_id"]})
+    for name, default in defaults.items():
+        column = frame[name] if name in frame else pd.Series(default, index=frame.index)
+        out[name] = column.fillna(default)
+    return out.astype({"age": np.int32, "gender": str, "occupation": str})
 
 
 def read_dataset(directory: Path) -> tuple[Report, MovieLens]:
@@ -167,7 +222,13 @@ def read_dataset(directory: Path) -> tuple[Report, MovieLens]:
             f"{directory} is a valid dataset, but the build does not support yet: "
             + "; ".join(problems)
         )
-    return report, movielens_frames(data)
+    frames = movielens_frames(data)
+    if frames.interactions.empty:
+        raise UnsupportedDataset(
+            f"{directory} is a valid dataset, but no user has {NEEDS.min_user_interactions} "
+            "items with a positive or rating event (the split's minimum): nothing to train on"
+        )
+    return report, frames
 
 
 def load_movielens(raw_dir: Path, dataset_dir: Path | None = None) -> MovieLens:
@@ -220,9 +281,13 @@ def feature_tables(data: MovieLens, train: pd.DataFrame) -> dict[str, pd.DataFra
     """
     ts = pd.Timestamp(int(train["timestamp"].max()), unit="s", tz="UTC")
     user_profile = data.users.assign(event_timestamp=ts)
-    stats = train.groupby("user_id").agg(
+    # Means over ratings only (0: an implicit interaction), as the features
+    # service keeps them online (recserve_feast.activity).
+    rated = train.assign(rating=train["rating"].where(train["rating"] > 0))
+    stats = rated.groupby("user_id").agg(
         rating_count=("rating", "size"), mean_rating=("rating", "mean")
     )
+    stats["mean_rating"] = stats["mean_rating"].fillna(0.0)
     activity = (
         stats.join(recent_items(train).rename("recent_item_ids"))
         .join(recent_items(train, SEEN_ITEMS).rename("seen_item_ids"))
@@ -233,7 +298,7 @@ def feature_tables(data: MovieLens, train: pd.DataFrame) -> dict[str, pd.DataFra
     activity["event_timestamp"] = ts
     item_profile = data.items.assign(event_timestamp=ts)
     item_stats = (
-        train.groupby("item_id")
+        rated.groupby("item_id")
         .agg(popularity=("rating", "size"), mean_rating=("rating", "mean"))
         .reindex(data.items["item_id"])
         .fillna({"popularity": 0, "mean_rating": 0.0})

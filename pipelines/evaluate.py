@@ -9,6 +9,7 @@ retrieval + the int8 ranker.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,10 @@ def evaluate(
     vectors: np.ndarray,
     models: dict[str, Path],
     only_users: set[str] | None = None,
+    inactive: Collection[str] = (),
 ) -> dict[str, dict[str, float]]:
-    """Mean metrics over every held-out user, or over ``only_users`` of them."""
+    """Mean metrics over every held-out user, or over ``only_users`` of them;
+    ``inactive`` items are never recommended, as in serving."""
     encoder = inputs.encoder
     train = split.train
     recent = recent_items(train)
@@ -98,10 +101,12 @@ def evaluate(
             totals.setdefault(name, {}).setdefault(key, 0.0)
             totals[name][key] += value / len(users)
 
+    never = np.zeros(len(vectors), dtype=bool)
+    never[encoder.item_rows(sorted(inactive))] = True
+    never[0] = True  # the out-of-vocabulary row
     for i, user in enumerate(users):
-        blocked = np.zeros(len(vectors), dtype=bool)
+        blocked = never.copy()
         blocked[list(seen.get(user, ()))] = True
-        blocked[0] = True
         add("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)], user)
         for name, weights in neighbours.items():
             baseline = history_matrix[i] @ weights
@@ -141,7 +146,7 @@ def evaluate_artifact(
     models = {
         name: artifact / name / "model.onnx" for name in ("user_tower", "ranker", "ranker_int8")
     }
-    return evaluate(split, inputs, vectors, models, only_users)
+    return evaluate(split, inputs, vectors, models, only_users, data.inactive)
 
 
 def as_table(metrics: dict[str, dict[str, float]]) -> pd.DataFrame:

@@ -2,15 +2,17 @@
 (``<data_dir>/events/app``, docs/events.md) added to the base dataset's
 interactions, so the next build learns from what users did with the lists.
 
-Kept: events of a rating type the dataset declares (the build's shape: one
-rating), of users and items the dataset knows, the first of each event id;
-a user's later event on an item replaces an earlier one (the base
-dataset's included). Everything else is counted and left out.
+Kept: events of a type the build learns from (a rating, with its value; a
+positive event, as 0: an implicit interaction), of users and items the dataset
+knows, the first of each event id; a user's later event on an item
+replaces an earlier one (the base dataset's included). Everything else is
+counted and left out.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import pandas as pd
 
 from pipelines.dataset import MovieLens
 from recserve_kit.jsonl_log import read_unique
+from recserve_model.catalogue import EventKind
 
 
 @dataclass(frozen=True)
@@ -35,31 +38,47 @@ class LoggedEvents:
         return digest.hexdigest()[:16]
 
 
+def learned_values(event_types: Mapping[str, EventKind]) -> dict[str, float | None]:
+    """The event types the build learns from, each with the value an event
+    counts as: None for a rating (its own value), 0 for a positive type (an
+    implicit interaction, as pipelines.dataset.learned_interactions)."""
+    return {
+        name: None if kind.role == "rating" else 0.0
+        for name, kind in event_types.items()
+        if kind.role in ("rating", "positive")
+    }
+
+
 def read_logged(data_dir: Path, data: MovieLens) -> LoggedEvents:
-    ratings = {n for n, kind in data.catalogue.event_types.items() if kind.role == "rating"}
     return logged_ratings(
-        data_dir / "events" / "app", ratings, set(data.users["user_id"]), set(data.items["item_id"])
+        data_dir / "events" / "app",
+        learned_values(data.catalogue.event_types),
+        set(data.users["user_id"]),
+        set(data.items["item_id"]),
     )
 
 
 def logged_ratings(
     directory: Path,
-    ratings: set[str],
+    learned: Mapping[str, float | None],
     users: set[str],
     items: set[str],
     received_after: float = 0.0,
 ) -> LoggedEvents:
-    """The kept events of a rating type, of known users and items, received
-    after ``received_after`` (unix seconds); the rest counted as skipped."""
+    """The kept events of a learned type (``learned_values``), of known users
+    and items, received after ``received_after`` (unix seconds); the rest
+    counted as skipped."""
     rows, skipped = [], 0
     for event in read_unique(directory, "event_id") if directory.exists() else ():
         if received_after and event.get("received_at", 0.0) <= received_after:
             continue  # older than what the reader has (not counted: not left out)
         known = event["user_id"] in users and event["item_id"] in items
-        if event["event_type"] not in ratings or not known:
+        if event["event_type"] not in learned or not known:
             skipped += 1
             continue
-        rows.append((event["user_id"], event["item_id"], event["value"], event["timestamp"]))
+        weight = learned[event["event_type"]]
+        value = event["value"] if weight is None else weight
+        rows.append((event["user_id"], event["item_id"], value, event["timestamp"]))
     frame = pd.DataFrame(rows, columns=["user_id", "item_id", "rating", "timestamp"])
     frame = frame.astype({"rating": np.float32, "timestamp": np.int64})
     return LoggedEvents(frame, skipped)

@@ -39,7 +39,9 @@ def attribute_columns(users: pd.DataFrame, occupations: list[str]) -> np.ndarray
     bands = len(AGE_BANDS) - 1
     out = np.zeros((len(users), len(GENDERS) + bands + len(occupations)), np.float32)
     rows = np.arange(len(users))
-    out[rows, [GENDERS.index(g) for g in users["gender"]]] = 1
+    genders = [GENDERS.index(g) if g in GENDERS else -1 for g in users["gender"]]
+    known = np.asarray(genders) >= 0  # a dataset without gender has no column set
+    out[rows[known], np.asarray(genders)[known]] = 1
     out[rows, [len(GENDERS) + band(float(a)) for a in users["age"]]] = 1
     at = {o: i for i, o in enumerate(occupations)}
     out[rows, [len(GENDERS) + bands + at[o] for o in users["occupation"]]] = 1
@@ -94,10 +96,14 @@ def fit(
 
 
 def segment_lists(
-    train: pd.DataFrame, users: pd.DataFrame, encoder: Encoder, occupations: list[str]
+    train: pd.DataFrame,
+    users: pd.DataFrame,
+    encoder: Encoder,
+    occupations: list[str],
+    inactive: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
-    """Every segment's top LIST_LENGTH item ids, best first (ties, such as
-    items no training user rated first, by popularity)."""
+    """Every segment's top LIST_LENGTH active item ids, best first (ties,
+    such as items no training user rated first, by popularity)."""
     model = fit(train, users, encoder, occupations)
     segments = pd.DataFrame(
         [
@@ -113,8 +119,13 @@ def segment_lists(
         encoder.item_rows(list(train["item_id"])), minlength=encoder.spec.num_rows
     )
     item_of = {row: item for item, row in encoder.row_of.items()}
+    listed = np.ones(encoder.spec.num_rows, dtype=bool)
+    listed[0] = False  # row 0: OOV
+    listed[encoder.item_rows(sorted(inactive))] = False
+    candidates = np.flatnonzero(listed)
     lists = {}
     for segment, row in zip(segments.itertuples(), scores, strict=True):
-        top = 1 + np.lexsort((-popularity[1:], -row[1:]))[:LIST_LENGTH]  # row 0: OOV
+        order = np.lexsort((-popularity[candidates], -row[candidates]))
+        top = candidates[order[:LIST_LENGTH]]
         lists[key(segment.gender, segment.age, segment.occupation)] = [item_of[int(r)] for r in top]
     return {"age_bands": list(AGE_BANDS), "lists": lists}

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipelines.logged_events import LoggedEvents, logged_ratings
+from pipelines.logged_events import LoggedEvents, learned_values, logged_ratings
 from recserve_feast.activity import Activity
 from recserve_model.catalogue import CatalogueSchema
 
@@ -67,10 +67,9 @@ def features_with_events(data_dir: Path, artifact: Path, out: Path) -> LoggedEve
     profile = pd.read_parquet(features / "user_profile.parquet", columns=["user_id"])
     items = pd.read_parquet(features / "item_profile.parquet", columns=["item_id"])
     schema = CatalogueSchema.load(artifact)
-    ratings = {n for n, kind in schema.event_types.items() if kind.role == "rating"}
     logged = logged_ratings(
         data_dir / "events" / "app",
-        ratings,
+        learned_values(schema.event_types),
         set(profile["user_id"]),
         set(items["item_id"]),
         received_after=new_since(artifact),

@@ -167,14 +167,61 @@ def test_the_build_refuses_every_broken_dataset_before_writing(tmp_path):
     assert not data_dir.exists()
 
 
-def test_the_build_refuses_a_valid_dataset_it_cannot_take_yet(tmp_path):
+def age_as_categorical(data: Data) -> None:
+    data.manifest["users"]["columns"]["age"]["type"] = "categorical"
+    del data.manifest["users"]["columns"]["age"]["integer"]
+    del (
+        data.manifest["users"]["columns"]["age"]["min"],
+        data.manifest["users"]["columns"]["age"]["max"],
+    )
+
+
+def only_views(data: Data) -> None:
+    data.manifest["interactions"]["event_types"] = {"view": {"role": "exposure"}}
+    for row in data.interactions:
+        row.update(event_type="view", value="")
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        (lambda data: None, r"no user has 16 items with a positive or rating event"),
+        (age_as_categorical, r"user column 'age' is categorical: the build learns it as numeric"),
+        (only_views, r"none positive or rating, nothing to learn from"),
+    ],
+    ids=["too few per user", "a learned column of another type", "no learned event type"],
+)
+def test_the_build_refuses_a_valid_dataset_it_cannot_take_yet(tmp_path, change, refusal):
     from pipelines.build import build
     from pipelines.dataset import UnsupportedDataset
 
+    data = Data()
+    change(data)
+    directory = write(tmp_path / "tiny", data)
+    assert not validate(directory, NEEDS, now=NOW).failed
     data_dir = tmp_path / "data"
-    with pytest.raises(UnsupportedDataset, match=r"event types .* only one event type"):
-        build(data_dir, dataset_dir=tiny(tmp_path / "tiny"))
+    with pytest.raises(UnsupportedDataset, match=refusal):
+        build(data_dir, dataset_dir=directory)
     assert not (data_dir / "artifacts").exists()
+
+
+def test_the_build_learns_from_positive_and_rating_events_one_per_item(tmp_path):
+    """Exposures are left out; a positive event is an implicit interaction
+    (0), a rating has its value; a user's events on one item are one
+    interaction, at the first, with the largest value."""
+    from pipelines.dataset import learned_interactions
+
+    _, data = inspect(tiny(tmp_path / "tiny"), NEEDS, now=NOW)
+    assert data is not None
+    learned = learned_interactions(data)
+    events = data.interactions
+    positive = events[events["event_type"] != "view"]
+    assert len(learned) == len(positive.drop_duplicates(["user_id", "item_id"]))
+    assert not learned.duplicated(["user_id", "item_id"]).any()
+    for row in learned.itertuples():
+        mine = positive[(positive["user_id"] == row.user_id) & (positive["item_id"] == row.item_id)]
+        values = [e.value if e.event_type == "rating" else 0.0 for e in mine.itertuples()]
+        assert row.rating == max(values) and row.timestamp == mine["timestamp"].min()
 
 
 def test_validate_command_prints_every_problem_and_exits_1(tmp_path):

@@ -1,6 +1,7 @@
 """The nightly job's user tables with the logged events folded in: by the
-features service's own rule, only events of a rating type for known users
-and items, only those the artifact does not have already."""
+features service's own rule, ratings and positive events (a click counts,
+as an implicit interaction outside the mean rating) of known users and
+items, only those the artifact does not have already."""
 
 import json
 
@@ -57,7 +58,7 @@ EVENTS = [
     ("1", "a", "rating", 3.0, BUILT_AT + 20),  # again: to the front, counted once more
     ("3", "d", "rating", 2.0, BUILT_AT + 30),  # a user with no activity yet
     ("2", "zz", "rating", 4.0, BUILT_AT + 40),  # an unknown item
-    ("2", "c", "click", 0.0, BUILT_AT + 50),  # not a rating type
+    ("2", "c", "click", 0.0, BUILT_AT + 50),  # positive: counted, not in the mean
     ("2", "e", "rating", 1.0, BUILT_AT - 50),  # before the build
 ]
 
@@ -77,12 +78,14 @@ def test_new_rating_events_update_the_users_activity(tmp_path, built_with_events
     ]
     assert one.rating_count == 4 and one.mean_rating == pytest.approx((4.0 * 2 + 5 + 3) / 4)
     assert list(activity.loc["3"].recent_item_ids) == ["d"] and activity.loc["3"].rating_count == 1
-    assert logged.skipped == 2  # the unknown item and the click
+    assert logged.skipped == 1  # the unknown item
     two = activity.loc["2"]
     if built_with_events:  # the event before the build is in the artifact already
-        assert list(two.recent_item_ids) == ["b"] and two.rating_count == 1
+        assert list(two.recent_item_ids) == ["c", "b"] and two.rating_count == 2
+        assert two.mean_rating == pytest.approx(3.0)
     else:
-        assert list(two.recent_item_ids) == ["e", "b"] and two.rating_count == 2
+        assert list(two.recent_item_ids) == ["c", "e", "b"] and two.rating_count == 3
+        assert two.mean_rating == pytest.approx((3.0 + 1.0) / 2)
     assert (
         activity["event_timestamp"].dtype
         == pd.read_parquet(tmp_path / "artifact" / "features" / "user_activity.parquet")[
