@@ -40,8 +40,13 @@ def working_set(users: int, items: int, interactions: int) -> int:
     return users * items * 4 + items * items * 8 * 5 + interactions * 200
 
 
+LEARNED_ROLES = (Role.POSITIVE, Role.RATING)  # the events the models learn from
 # One tower-period interaction at least, before the ranker's window and the holdout.
-NEEDS = Needs(min_user_interactions=HOLDOUT + RANKER_WINDOW + 1, working_set=working_set)
+NEEDS = Needs(
+    min_user_interactions=HOLDOUT + RANKER_WINDOW + 1,
+    working_set=working_set,
+    learned_roles=frozenset(r.value for r in LEARNED_ROLES),
+)
 USER_COLUMNS = {"age": ColumnType.NUMERIC, "gender": ColumnType.CATEGORICAL}
 USER_COLUMNS |= {"occupation": ColumnType.CATEGORICAL}
 
@@ -97,7 +102,6 @@ def present(value: object) -> object:
 # other declared column is kept (a filterable one filters) but not learned yet.
 LEARNED_ITEM_COLUMNS = {"year": ColumnType.NUMERIC}
 LEARNED_USER_COLUMNS = USER_COLUMNS
-LEARNED_ROLES = (Role.POSITIVE, Role.RATING)
 
 
 def shape_problems(data: Dataset) -> list[str]:

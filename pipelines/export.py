@@ -78,7 +78,7 @@ class _ItemTowerExport(nn.Module):
     without a vector). Their id is out of the vocabulary, and that row is
     never trained; in its place such an item gets the mean id embedding of
     the known items in its categories (of all known items when it has none),
-    a content prior: measured against the plain mean in docs/data.md."""
+    a content prior."""
 
     def __init__(self, model: TwoTower, item_features: np.ndarray) -> None:
         super().__init__()

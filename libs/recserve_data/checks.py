@@ -25,6 +25,10 @@ class Needs:
     working_set: Callable[[int, int, int], int] | None = None
     # The memory to hold it against; default: what the machine has free now.
     memory_bytes: int | None = None
+    # The event roles the build learns from, counted once per user and item
+    # against min_user_interactions (a WARN: such users are left out); empty:
+    # every interaction counts.
+    learned_roles: frozenset[str] = frozenset()
 
 
 def duplicates(report: Report, file: str, ids: pd.Series, column: str) -> None:
@@ -119,6 +123,33 @@ def split(report: Report, file: str, users: pd.Series, minimum: int) -> None:
         f"(fewest: {int(short.min())})",
         first.index.to_numpy(),
         first,
+    )
+
+
+def learned_split(
+    report: Report, file: str, events: pd.DataFrame, roles: dict[str, str], needs: Needs
+) -> None:
+    """Users with enough interactions but too few distinct items with an
+    event the build learns from: valid, and left out of its training."""
+    minimum = needs.min_user_interactions
+    learned = [name for name, role in roles.items() if role in needs.learned_roles]
+    counts = events["user_id"].value_counts()
+    kept = events[events["event_type"].isin(learned)].drop_duplicates(["user_id", "item_id"])
+    distinct = kept["user_id"].value_counts().reindex(counts.index, fill_value=0)
+    short = distinct[(distinct < minimum) & (counts >= minimum)]
+    if short.empty:
+        return
+    users = events["user_id"].reset_index(drop=True).drop_duplicates()
+    users = users[users.isin(short.index)]
+    report.add(
+        "split",
+        Status.WARN,
+        file,
+        "user_id",
+        f"has fewer than {minimum} items with a {' or '.join(sorted(needs.learned_roles))} "
+        f"event: the build leaves the user out (fewest: {int(short.min())})",
+        users.index.to_numpy(),
+        users,
     )
 
 

@@ -149,6 +149,9 @@ def _cross(
             checks.coverage(report, spec[kind].file, frame[key], events[key], kind[:-1])
     if "user_id" in events:
         checks.split(report, file, events["user_id"], needs.min_user_interactions)
+        if needs.learned_roles and {"item_id", "event_type"} <= set(events):
+            roles = {n: e.role.value for n, e in manifest.interactions.event_types.items()}
+            checks.learned_split(report, file, events, roles, needs)
 
 
 def inspect(

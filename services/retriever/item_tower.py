@@ -21,6 +21,7 @@ from services.retriever.store import ItemRecord
 
 # The ranker's answer for a version it has not loaded, or one without a tower.
 NOT_EMBEDDABLE = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+EMBED_BATCH = 1000  # the most items one EmbedItems takes (the ranker's max_candidates default)
 
 
 class ItemTower:
@@ -57,6 +58,16 @@ class ItemTower:
         return done
 
     async def _embed(self, records: Sequence[ItemRecord], version: str, field: str) -> np.ndarray:
+        """In calls of at most EMBED_BATCH items (the ranker's limit)."""
+        parts = [
+            await self._embed_batch(records[start : start + EMBED_BATCH], version, field)
+            for start in range(0, len(records), EMBED_BATCH)
+        ]
+        return np.concatenate(parts)
+
+    async def _embed_batch(
+        self, records: Sequence[ItemRecord], version: str, field: str
+    ) -> np.ndarray:
         assert self.channel is not None
         stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
         items = [

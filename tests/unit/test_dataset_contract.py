@@ -251,3 +251,19 @@ def test_build_command_prints_the_report_and_builds_nothing(tmp_path):
     assert result.exit_code == 1
     assert "interactions.csv" in result.output and "'u9'" in result.output
     assert "nothing was built" in result.output and not data_dir.exists()
+
+
+def test_validate_warns_of_users_the_build_will_leave_out(tmp_path):
+    """The tiny shop's users have the 16 interactions the split needs, but
+    only 6 distinct items with a click, purchase or rating: valid, with a
+    warning naming them, as many as the build then leaves out."""
+    from pipelines.dataset import NEEDS as BUILD_NEEDS
+
+    report, data = inspect(tiny(tmp_path / "tiny"), BUILD_NEEDS, now=NOW)
+    assert not report.failed and data is not None
+    (finding,) = [f for f in report.findings if f.check == "split"]
+    assert finding.status is Status.WARN and finding.count == 3
+    assert "fewer than 16 items with a positive or rating event" in finding.problem
+    assert [e.value for e in finding.examples] == ["'u1'", "'u2'", "'u3'"]
+    rows_only = inspect(tiny(tmp_path / "again"), NEEDS, now=NOW)[0]  # no roles: rows count
+    assert not [f for f in rows_only.findings if f.check == "split"]
