@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 
+from pipelines.dataset import artifact_dataset
 from pipelines.evaluate import CUTOFFS, evaluate_artifact, metrics_at
 from pipelines.rescore.validate import movielens_split
 from recserve.recommend.v1 import recommend_pb2 as pb
@@ -68,6 +69,7 @@ def compare(
     """Live and offline metrics of the current artifact, on the same users
     (of the demo dataset, or of ``dataset_dir``, the one the artifact was built from)."""
     # Each user's latest 10, as the nightly gates read.
+    dataset_dir = dataset_dir or artifact_dataset(artifacts.current(data_dir))
     truth, _ = movielens_split(data_dir, dataset_dir)
     users = sorted(u for u in truth if u not in exclude)
     answers = asyncio.run(live_answers(target, users))

@@ -181,7 +181,7 @@ def train_and_export(
     paths = {
         "user_tower": export.export_user_tower(tower, spec, out / "user_tower" / "model.onnx"),
         "item_tower": export.export_item_tower(
-            tower, spec, inputs.item_features, out / "item_tower" / "model.onnx"
+            tower, spec, inputs.item_features, inputs.popularity, out / "item_tower" / "model.onnx"
         ),
         "ranker": export.export_ranker(ranker, spec, out / "ranker" / "model.onnx"),
         "ranker_int8": export.export_ranker(
@@ -257,8 +257,7 @@ def build(
 ) -> BuildResult:
     """Builds (or reuses) the artifact and publishes it to the Triton
     repository and CURRENT, unless its served lists lose to a baseline.
-    ``with_events``: the app events kept under data_dir/events/app join the
-    dataset's interactions (pipelines.logged_events).
+    ``with_events``: the kept app events join in (pipelines.logged_events).
 
     The dataset (default: MovieLens-100K, imported into the raw directory
     once) is validated first: one that fails (``InvalidDataset``) or that the
@@ -288,6 +287,7 @@ def build(
             version,
             {
                 "dataset": data.title,
+                "dataset_dir": data.source_dir,
                 "dataset_fingerprint": data.fingerprint,
                 "logged_events": logged,
                 "training_config": config.as_dict(),

@@ -17,7 +17,8 @@ computed from the training period only, so nothing from the future leaks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,7 @@ class MovieLens:
     item_attributes: dict[str, dict[str, object]] = field(default_factory=dict)
     inactive: frozenset[str] = frozenset()  # items never recommended (indexed inactive)
     dropped_users: int = 0  # with too few learned interactions for the split
+    source_dir: str = ""  # the dataset directory, recorded in the artifact's manifest
 
 
 def catalogue_of(data: Dataset) -> tuple[CatalogueSchema, dict[str, dict[str, object]]]:
@@ -171,7 +173,7 @@ def movielens_frames(data: Dataset) -> MovieLens:
     interactions = learned_interactions(data)
     counts = interactions["user_id"].value_counts()
     enough = counts.index[counts >= NEEDS.min_user_interactions]
-    dropped = int(len(counts) - len(enough))
+    dropped = int(data.interactions["user_id"].nunique() - len(enough))
     interactions = interactions[interactions["user_id"].isin(enough)].reset_index(drop=True)
     declared = data.items.columns
     items = pd.DataFrame(
@@ -226,13 +228,21 @@ def read_dataset(directory: Path) -> tuple[Report, MovieLens]:
             f"{directory} is a valid dataset, but the build does not support yet: "
             + "; ".join(problems)
         )
-    frames = movielens_frames(data)
+    frames = replace(movielens_frames(data), source_dir=str(directory.resolve()))
     if frames.interactions.empty:
         raise UnsupportedDataset(
             f"{directory} is a valid dataset, but no user has {NEEDS.min_user_interactions} "
             "items with a positive or rating event (the split's minimum): nothing to train on"
         )
     return report, frames
+
+
+def artifact_dataset(artifact_dir: Path) -> Path | None:
+    """The dataset directory an artifact was built from, if its manifest
+    says and it is still there (None: the demo's, as before the record)."""
+    manifest = json.loads((artifact_dir / "manifest.json").read_text())
+    recorded = Path(str(manifest.get("dataset_dir", "")))
+    return recorded if manifest.get("dataset_dir") and recorded.is_dir() else None
 
 
 def load_movielens(raw_dir: Path, dataset_dir: Path | None = None) -> MovieLens:

@@ -77,17 +77,22 @@ class _ItemTowerExport(nn.Module):
     """The item tower, also for items the build did not see (UpsertItems
     without a vector). Their id is out of the vocabulary, and that row is
     never trained; in its place such an item gets the mean id embedding of
-    the known items in its categories (of all known items when it has none),
+    the known items in its categories (of all known items when it has none
+    or its categories have none), weighted by their training interactions,
+    so ids that never trained (still at their random start) play no part:
     a content prior."""
 
-    def __init__(self, model: TwoTower, item_features: np.ndarray) -> None:
+    def __init__(self, model: TwoTower, item_features: np.ndarray, counts: np.ndarray) -> None:
         super().__init__()
         self.item = copy.deepcopy(model.item)
         table = self.item.id_embedding.weight.detach()[OOV_ROW + 1 :]
-        categories = torch.from_numpy(item_features[OOV_ROW + 1 :, CATEGORY_OFFSET:])
-        counts = categories.sum(dim=0).clamp(min=1.0)[:, None]
-        self.register_buffer("category_means", (categories.T @ table) / counts)
-        self.register_buffer("overall_mean", table.mean(dim=0, keepdim=True))
+        weight = torch.from_numpy(counts[OOV_ROW + 1 :].astype(np.float32))[:, None]
+        overall = (weight * table).sum(dim=0, keepdim=True) / weight.sum().clamp(min=1.0)
+        categories = torch.from_numpy(item_features[OOV_ROW + 1 :, CATEGORY_OFFSET:]) * weight
+        total = categories.sum(dim=0)[:, None]
+        means = (categories.T @ table) / total.clamp(min=1.0)
+        self.register_buffer("category_means", torch.where(total > 0, means, overall))
+        self.register_buffer("overall_mean", overall)
 
     def forward(self, item_id: torch.Tensor, item_features: torch.Tensor) -> torch.Tensor:
         rows = item_id[:, 0]
@@ -131,11 +136,12 @@ def export_user_tower(model: TwoTower, spec: EncodingSpec, path: Path) -> Path:
 
 
 def export_item_tower(
-    model: TwoTower, spec: EncodingSpec, item_features: np.ndarray, path: Path
+    model: TwoTower, spec: EncodingSpec, item_features: np.ndarray, counts: np.ndarray, path: Path
 ) -> Path:
-    """``item_features``: every known item's, by row (the category priors)."""
+    """``item_features`` and ``counts`` (training interactions): every known
+    item's, by row (the category priors)."""
     example = (torch.zeros(2, 1, dtype=torch.int64), torch.zeros(2, spec.item_dim))
-    module = _ItemTowerExport(model, item_features).eval()
+    module = _ItemTowerExport(model, item_features, counts).eval()
     return _export(module, example, ITEM_TOWER_INPUTS, ITEM_TOWER_OUTPUTS, path)
 
 

@@ -4,9 +4,9 @@ interactions, so the next build learns from what users did with the lists.
 
 Kept: events of a type the build learns from (a rating, with its value; a
 positive event, as 0: an implicit interaction), of users and items the dataset
-knows, the first of each event id; a user's later event on an item
-replaces an earlier one (the base dataset's included). Everything else is
-counted and left out.
+knows, the first of each event id; a user's later rating of an item
+replaces an earlier one (the base dataset's included), and an implicit
+interaction never replaces a rating. Everything else is counted and left out.
 """
 
 from __future__ import annotations
@@ -90,8 +90,12 @@ def with_logged(data: MovieLens, logged: LoggedEvents) -> MovieLens:
     if logged.rows.empty:
         return data
     merged = pd.concat([data.interactions, logged.rows], ignore_index=True)
-    merged = merged.sort_values("timestamp", kind="stable")
-    merged = merged.drop_duplicates(["user_id", "item_id"], keep="last").reset_index(drop=True)
+    # A later rating replaces an earlier one (a re-rating); an implicit
+    # interaction (0) never replaces a rating.
+    rated = merged["rating"] > 0
+    merged = merged.assign(rated=rated).sort_values(["rated", "timestamp"], kind="stable")
+    merged = merged.drop_duplicates(["user_id", "item_id"], keep="last").drop(columns="rated")
+    merged = merged.sort_values("timestamp", kind="stable").reset_index(drop=True)
     return replace(
         data, interactions=merged, fingerprint=f"{data.fingerprint}+events:{logged.fingerprint}"
     )

@@ -102,7 +102,9 @@ def validate(
     report.gates += gates.invariants(run_dir, config, users)
     catalog = Path(config.artifact_dir) / "features"
     stats = pd.read_parquet(catalog / "item_stats.parquet").set_index("item_id")["popularity"]
-    truth, before_holdout = movielens_split(data_dir)
+    # The holdout of the dataset the artifact was built from (the demo's by default).
+    built_from = dataset.artifact_dataset(Path(config.artifact_dir))
+    truth, before_holdout = movielens_split(data_dir, built_from)
     holdout = gates.holdout_sample(truth, set(users["user_id"]))
     inactive = set(config.inactive_items)
     references = {
@@ -120,7 +122,11 @@ def validate(
         "item_stats": pd.read_parquet(catalog / "item_stats.parquet"),
     }
     attributes = artifact_attributes(Path(config.artifact_dir))
-    layout.write_json(run_dir / "popular.json", popular_lists(tables, attributes))
+    indexed = pd.read_parquet(
+        Path(config.artifact_dir) / "item_vectors.parquet", columns=["item_id", "active"]
+    )
+    never = inactive | set(indexed.loc[~indexed["active"].astype(bool), "item_id"])
+    layout.write_json(run_dir / "popular.json", popular_lists(tables, attributes, frozenset(never)))
     layout.write_json(run_dir / "report.json", report.as_dict())
     if console is not None:
         console.print(table(report))

@@ -168,6 +168,7 @@ class Ranker:
                 "exported): give the items a vector"
             )
         await self.triton.ensure_loaded(self.settings.item_model, loaded.item_model_version)
+        items = [self._with_live_stats(i) for i in items]
         encoder = loaded.encoder
         rows = encoder.item_rows([i.item_id for i in items])
         features = np.stack(
@@ -183,6 +184,14 @@ class Ranker:
         if not np.isfinite(vectors).all():
             raise Unavailable(f"model version {loaded.version}'s item tower returned non-finite")
         return vectors.astype(np.float32, copy=False), loaded.version, int((rows == 0).sum())
+
+    def _with_live_stats(self, item: CandidateInput) -> CandidateInput:
+        """A catalogue item sent without popularity and mean rating gets its
+        live ones, so an item upserted again unchanged keeps its vector."""
+        known = self.items.get(item.item_id)
+        if known is None or item.popularity or item.mean_rating:
+            return item
+        return replace(item, popularity=known.popularity, mean_rating=known.mean_rating)
 
     def _check_count(self, n: int, field: str) -> None:
         if not n:

@@ -67,6 +67,11 @@ class ItemTable:
             for encoded in self._encoded.values():
                 encoded.set(slot, item)
 
+    def get(self, item_id: str) -> fpb.ItemFeatures | None:
+        """The item's live features, if the catalogue has it."""
+        slot = self.slot_of.get(item_id)
+        return None if slot is None else self.items[slot]
+
     def _encode_all(self, encoder: Encoder) -> EncodedItems:
         encoded = EncodedItems(encoder, len(self.items))
         for slot, item in enumerate(self.items):

@@ -38,5 +38,5 @@ class RetrieverSettings(ServiceSettings):
         "empty: such an item is refused (FAILED_PRECONDITION).",
     )
     embed_timeout_s: float = Field(
-        5.0, gt=0, description="Cap on the ranker's EmbedItems for one UpsertItems call."
+        5.0, gt=0, description="Cap on each EmbedItems call (of up to 1,000 items) to the ranker."
     )

@@ -19,8 +19,12 @@ from recserve_kit.errors import FailedPrecondition, Unavailable
 from services.retriever.config import RetrieverSettings
 from services.retriever.store import ItemRecord
 
-# The ranker's answer for a version it has not loaded, or one without a tower.
-NOT_EMBEDDABLE = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+# The ranker's answers worth a retry; any other is why it cannot embed these.
+TRANSIENT = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+)
 EMBED_BATCH = 1000  # the most items one EmbedItems takes (the ranker's max_candidates default)
 
 
@@ -78,7 +82,7 @@ class ItemTower:
         try:
             reply = await stub.EmbedItems(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in NOT_EMBEDDABLE:
+            if exc.code() not in TRANSIENT:
                 raise FailedPrecondition(
                     f"{field} is empty and the item tower cannot embed it: {exc.details()}"
                 ) from None

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from pipelines.build import QualityGateError, build
+from pipelines.dataset import artifact_dataset
 from pipelines.shop import ShopSize, write_shop
 from recserve_data import load
 from recserve_model import artifacts
@@ -32,8 +33,11 @@ def shop(tmp_path_factory):
 
 
 def test_a_marketplace_dataset_builds_through_the_same_pipeline(shop):
-    _, data_dir, directory, published, metrics = shop
-    artifacts.verify(directory)
+    dataset, data_dir, directory, published, metrics = shop
+    manifest = artifacts.verify(directory)
+    # What the nightly gates and bench quality read the holdout of.
+    assert manifest["dataset_dir"] == str(dataset.resolve())
+    assert artifact_dataset(directory) == dataset.resolve()
     assert directory.name.startswith("shop-")
     for model in ("popularity", "item_knn", "ease", "two_tower", "ranked", "ranked_int8"):
         assert 0 < metrics[model]["ndcg@10"] <= 1

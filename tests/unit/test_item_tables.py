@@ -78,8 +78,10 @@ def test_item_table_gathers_encoded_rows_and_follows_changes():
     got = table.features(encoder, ["10", "new9"])
     np.testing.assert_array_equal(got[0], encoder.item(1995, 500, 3.5, ["Drama"]))
     np.testing.assert_array_equal(got[1], encoder.item(1995, 9, 3.5, ["Drama"]))
+    assert table.get("10").popularity == 500 and table.get("unknown") is None  # EmbedItems' stats
     table.replace([item("12", 1)], "v2")
     assert not table.features(encoder, ["10"]).any()  # gone with the new listing
+    assert table.get("10") is None
     other = Encoder(EncodingSpec(["12"], ["Drama"], [], 4))  # another model version
     np.testing.assert_array_equal(
         table.features(other, ["12"])[0], other.item(1995, 1, 3.5, ["Drama"])

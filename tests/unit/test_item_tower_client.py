@@ -68,7 +68,9 @@ async def test_missing_vectors_are_embedded_in_batches_and_a_given_one_is_kept()
     [
         (grpc.StatusCode.NOT_FOUND, FailedPrecondition),
         (grpc.StatusCode.FAILED_PRECONDITION, FailedPrecondition),
+        (grpc.StatusCode.INVALID_ARGUMENT, FailedPrecondition),  # not worth a retry
         (grpc.StatusCode.UNAVAILABLE, Unavailable),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, Unavailable),
     ],
 )
 async def test_the_rankers_refusal_names_the_first_vector_missing(code, raised):

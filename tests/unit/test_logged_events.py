@@ -55,3 +55,23 @@ def test_known_rating_events_join_the_interactions_and_make_a_new_version(tmp_pa
     assert rows == {("1", "10"): 1.0, ("1", "11"): 4.0, ("2", "10"): 5.0, ("1", "12"): 5.0}
     assert merged.fingerprint != data.fingerprint and merged.fingerprint.startswith("base+events:")
     assert with_logged(data, read_logged(tmp_path / "none", data)) is data  # no events: same
+
+
+def test_a_logged_click_never_replaces_a_rating(tmp_path):
+    day = tmp_path / "events" / "app" / "2026-12-01"
+    day.mkdir(parents=True)
+    events = [
+        {"event_id": "a", "user_id": "1", "item_id": "11", "event_type": "click",
+         "value": 0.0, "timestamp": 1000},  # after the base dataset's rating of 4
+        {"event_id": "b", "user_id": "2", "item_id": "11", "event_type": "click",
+         "value": 0.0, "timestamp": 1001},  # a new implicit interaction
+    ]  # fmt: skip
+    (day / "10-g.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    data = dataset()
+    data.catalogue.event_types["click"] = EventKind("positive")
+    merged = with_logged(data, read_logged(tmp_path, data))
+    rows = {
+        (r.user_id, r.item_id): (r.rating, r.timestamp) for r in merged.interactions.itertuples()
+    }
+    assert rows[("1", "11")] == (4.0, 200) and rows[("2", "11")] == (0.0, 1001)
+    assert list(merged.interactions["timestamp"]) == sorted(merged.interactions["timestamp"])

@@ -27,6 +27,7 @@ def ease_by_lambda(dataset_dir: Path | None, raw_dir: Path, lambdas: list[float]
     truth = seen_rows(split.test, encoder)
     users = sorted(truth)
     matrix = baselines.interactions(split.train, encoder, users)
+    never = encoder.item_rows(sorted(data.inactive))  # as the build's evaluation
     results: dict[str, dict[str, float]] = {}
     for lam in lambdas:
         weights = baselines.ease(matrix, lam)
@@ -34,6 +35,7 @@ def ease_by_lambda(dataset_dir: Path | None, raw_dir: Path, lambdas: list[float]
         for i, user in enumerate(users):
             scores = matrix[i] @ weights
             scores[list(seen.get(user, ()))] = -np.inf
+            scores[never] = -np.inf
             scores[0] = -np.inf
             ranked = np.argsort(-scores, kind="stable")[: max(CUTOFFS)]
             for key, value in metrics_at(ranked, truth[user]).items():

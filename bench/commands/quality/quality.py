@@ -17,7 +17,9 @@ def quality(
     dataset_dir: Annotated[
         Path | None,
         typer.Option(
-            "--dataset", help="The dataset the artifact was built from; default: ML-100K."
+            "--dataset",
+            help="The dataset the artifact was built from; default: the one its manifest "
+            "names (ML-100K for an artifact from before that record).",
         ),
     ] = None,
     out: Path | None = None,
