@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipelines.dataset import MovieLens
+from pipelines.dataset import LEARNED_ROLES, MovieLens
+from recserve_data import Role
 from recserve_kit.jsonl_log import read_unique
 from recserve_model.catalogue import EventKind
 
@@ -42,10 +43,11 @@ def learned_values(event_types: Mapping[str, EventKind]) -> dict[str, float | No
     """The event types the build learns from, each with the value an event
     counts as: None for a rating (its own value), 0 for a positive type (an
     implicit interaction, as pipelines.dataset.learned_interactions)."""
+    learned = {role.value for role in LEARNED_ROLES}
     return {
-        name: None if kind.role == "rating" else 0.0
+        name: None if kind.role == Role.RATING.value else 0.0
         for name, kind in event_types.items()
-        if kind.role in ("rating", "positive")
+        if kind.role in learned
     }
 
 

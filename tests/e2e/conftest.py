@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 
+import grpc
 import pytest
 
 from tests.helpers import data_dir_with_artifacts
@@ -61,3 +62,11 @@ def stack(built, tmp_path_factory, request):
     subprocess.run(rescore, check=True, capture_output=True)
     with running_stack(data_dir) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def channel(stack):
+    """A channel to Envoy, the stack's public door."""
+    channel = grpc.insecure_channel(stack.envoy_address)
+    yield channel
+    channel.close()

@@ -28,13 +28,6 @@ pytestmark = pytest.mark.local_stack_only
 
 
 @pytest.fixture(scope="module")
-def channel(stack):
-    channel = grpc.insecure_channel(stack.envoy_address)
-    yield channel
-    channel.close()
-
-
-@pytest.fixture(scope="module")
 def events(channel):
     return events_pb2_grpc.EventServiceStub(channel)
 

@@ -15,6 +15,7 @@ from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
+from tests.e2e.test_events import token
 from tests.helpers import full_answer, poll_until
 
 ADDED = ["launch-1", "launch-2", "launch-3"]
@@ -23,16 +24,8 @@ LAUNCHED = pb.ItemFilter(attributes=[pb.AttributeFilter(name="year", min=2020)])
 
 
 @pytest.fixture(scope="module")
-def channel(stack):
-    channel = grpc.insecure_channel(stack.envoy_address)
-    yield channel
-    channel.close()
-
-
-@pytest.fixture(scope="module")
 def admin(stack):
-    token = (stack.data_dir / "auth" / "admin.token").read_text().strip()
-    return [("authorization", f"Bearer {token}")]
+    return [("authorization", f"Bearer {token(stack, 'admin')}")]
 
 
 @pytest.fixture(scope="module", autouse=True)
