@@ -119,7 +119,10 @@ def _rankers(
     log_pop = _log_scaled(popularity)
     first_ratings = _first_ratings_popularity(train, inputs)
     served = onboarding_model.segment_lists(
-        train, data.users, encoder, sorted(data.users["occupation"].unique())
+        train,
+        data.users,
+        encoder,
+        *onboarding_model.attributes_of(onboarding_model.MOVIELENS_KINDS, data.users),
     )["lists"]
     segments = _segment_counts(train, data.users)
     profile = data.users.set_index("user_id")

@@ -172,9 +172,9 @@ def train_and_export(
     data.catalogue.save(out)
     popular = popular_lists(tables, data.item_attributes, data.inactive)
     (out / "popular.json").write_text(json.dumps(popular))
-    occupations = sorted(data.users["occupation"].unique())
+    users, attributes, unused = onboarding_model.segment_inputs(data)
     lists = onboarding_model.segment_lists(
-        split.train, data.users, inputs.encoder, occupations, data.inactive
+        split.train, users, inputs.encoder, attributes, unused, data.inactive
     )
     (out / segment.FILE).write_text(json.dumps(lists))
     console.print("exporting ONNX models")

@@ -70,6 +70,10 @@ class MovieLens:
     inactive: frozenset[str] = frozenset()  # items never recommended (indexed inactive)
     dropped_users: int = 0  # with too few learned interactions for the split
     source_dir: str = ""  # the dataset directory, recorded in the artifact's manifest
+    # The declared user columns' kinds and the kept users' values of them,
+    # as the dataset gives them (new users' segments are made of these).
+    user_kinds: dict[str, str] = field(default_factory=dict)
+    user_attributes: pd.DataFrame | None = None
 
 
 def catalogue_of(data: Dataset) -> tuple[CatalogueSchema, dict[str, dict[str, object]]]:
@@ -188,6 +192,14 @@ def movielens_frames(data: Dataset) -> MovieLens:
     inactive = frozenset(data.items.loc[~data.items["active"].astype(bool), "item_id"])
     manifest = data.manifest
     schema, values = catalogue_of(data)
+    kinds = {}
+    if manifest.users is not None:
+        kinds = {name: c.type.value for name, c in manifest.users.columns.items()}
+    attributes = users[["user_id"]].merge(
+        data.users[["user_id", *kinds]] if data.users is not None else users[["user_id"]],
+        on="user_id",
+        how="left",
+    )
     return MovieLens(
         interactions,
         items,
@@ -199,6 +211,8 @@ def movielens_frames(data: Dataset) -> MovieLens:
         values,
         inactive,
         dropped,
+        user_kinds=kinds,
+        user_attributes=attributes,
     )
 
 

@@ -83,7 +83,13 @@ class Gateway:
     async def recommend(
         self, query: Query, caller_remaining_s: float | None, queued_s: float = 0.0
     ) -> Answer:
-        check_query(query, True, self.catalogue.categories(), self.catalogue.schema())
+        check_query(
+            query,
+            True,
+            self.catalogue.categories(),
+            self.catalogue.schema(),
+            self.degrade.segments,
+        )
         return await self._admitted(query, caller_remaining_s, queued_s, self.flows.recommend)
 
     async def similar(

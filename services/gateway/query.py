@@ -4,16 +4,19 @@ that looks like an outage."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.validation import check_id, check_ids
 from recserve_model.catalogue import NO_ATTRIBUTES, AttributeFilter, CatalogueSchema
-from services.gateway.segment_lists import GENDERS, MAX_AGE, Attributes
+from services.gateway.segment_lists import GENDERS, MAX_AGE, Attributes, SegmentLists
 
 MAX_K = 100
 MAX_OCCUPATION = 64
 MAX_FILTER_VALUES = 1000
+MAX_DECLARED = 32  # a new user's declared attributes in one request
+NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")  # as the dataset contract names columns
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ def check_query(
     need_user: bool,
     known_categories: frozenset[str],
     schema: CatalogueSchema = NO_ATTRIBUTES,
+    segments: SegmentLists | None = None,
 ) -> None:
     if need_user and not query.user_id:
         raise InvalidArgument("user_id", "is required")
@@ -85,7 +89,7 @@ def check_query(
     check_attribute_filters(query.attribute_filters, schema)
     if query.model_version:
         check_id(query.model_version, "model_version")
-    check_attributes(query.attributes)
+    check_attributes(query.attributes, segments)
 
 
 def check_attribute_filters(filters: tuple[AttributeFilter, ...], schema: CatalogueSchema) -> None:
@@ -94,8 +98,11 @@ def check_attribute_filters(filters: tuple[AttributeFilter, ...], schema: Catalo
         raise InvalidArgument("filter.attributes" + problem[0], problem[1])
 
 
-def check_attributes(a: Attributes | None) -> None:
+def check_attributes(a: Attributes | None, segments: SegmentLists | None = None) -> None:
     if a is None:
+        return
+    if a.declared:
+        check_declared(a, segments)
         return
     if not 1 <= a.age <= MAX_AGE:
         raise InvalidArgument("attributes.age", f"must be between 1 and {MAX_AGE}, got {a.age}")
@@ -103,3 +110,24 @@ def check_attributes(a: Attributes | None) -> None:
         raise InvalidArgument("attributes.gender", f"must be one of {', '.join(GENDERS)}")
     if not a.occupation or len(a.occupation) > MAX_OCCUPATION:
         raise InvalidArgument("attributes.occupation", f"1 to {MAX_OCCUPATION} characters")
+
+
+def check_declared(a: Attributes, segments: SegmentLists | None) -> None:
+    """Declared attributes by name: each one the catalogue declares, each
+    value of its kind; a categorical value no training user had is no error
+    (it is served as not given, or as "other" where the dataset has it)."""
+    if a.age or a.gender or a.occupation:
+        raise InvalidArgument(
+            "attributes.values",
+            "give the typed fields (age, gender, occupation) or values, not both",
+        )
+    if len(a.declared) > MAX_DECLARED:
+        raise InvalidArgument("attributes.values", f"at most {MAX_DECLARED} attributes")
+    if segments is None:
+        return  # (no lists loaded: the popular list answers whatever is given)
+    for name, text in a.declared:
+        if not NAME.fullmatch(name):  # (then safe to echo in the field)
+            raise InvalidArgument("attributes.values", f"{name[:64]!r} is no attribute name")
+        problem = segments.problem(name, text)
+        if problem is not None:
+            raise InvalidArgument(f'attributes.values["{name[:64]}"]', problem)

@@ -86,7 +86,8 @@ class GatewayServicer(recommend_pb2_grpc.RecommendServiceServicer):
         attributes = None
         if request.HasField("attributes"):
             a = request.attributes
-            attributes = Attributes(a.age, a.gender, a.occupation)
+            declared = tuple(sorted(a.values.items()))
+            attributes = Attributes(a.age, a.gender, a.occupation, declared)
         query = Query(
             request.user_id,
             request.k,

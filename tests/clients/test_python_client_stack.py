@@ -17,6 +17,7 @@ from recserve_client import (
     ItemFilter,
     NotFound,
     RecserveClient,
+    UserAttributes,
 )
 
 from tests.clients.conftest import envoy_counters, frozen, full_answer
@@ -52,6 +53,16 @@ def test_an_attribute_filter_is_applied_and_a_bad_one_named(client, built):
     with pytest.raises(InvalidRequest) as raised:
         client.recommend("42", item_filter=ItemFilter(attributes=[AttributeCondition("brand")]))
     assert raised.value.field == "filter.attributes[0].name"
+
+
+def test_a_new_users_declared_attributes_pick_a_segment_and_a_bad_one_is_named(client):
+    retired = client.recommend(
+        "client-new-user", k=5, attributes=UserAttributes(values={"occupation": "retired"})
+    )
+    assert retired.degraded_reason == "COLD_START" and retired.fallback_source == "ATTRIBUTES"
+    with pytest.raises(InvalidRequest) as raised:
+        client.recommend("client-new-user", attributes=UserAttributes(values={"planet": "mars"}))
+    assert raised.value.field == 'attributes.values["planet"]'
 
 
 def test_debug_answers_explain_each_item(client):

@@ -152,18 +152,22 @@ def test_manifest_records_what_the_issue_asks(built):
 
 
 def test_every_segment_of_new_users_has_its_own_list(built):
-    """cold_start.json: one list per (gender, age band, occupation), of known
-    items, chosen for the attributes (not one popular list copied)."""
+    """cold_start.json: one list per (gender, age band, occupation), each
+    given or not, of known items, chosen for the attributes (not one popular
+    list copied)."""
     import json
 
     import pandas as pd
 
     from recserve_model import segments as segment
 
-    lists = json.loads((built.directory / segment.FILE).read_text())["lists"]
+    document = json.loads((built.directory / segment.FILE).read_text())
+    lists = document["lists"]
     users = pd.read_parquet(built.directory / "features" / "user_profile.parquet")
     occupations = set(users["occupation"])
-    assert len(lists) == len(segment.GENDERS) * (len(segment.AGE_BANDS) - 1) * len(occupations)
+    assert [a["name"] for a in document["attributes"]] == ["gender", "age", "occupation"]
+    bands = len(segment.AGE_BANDS) - 1
+    assert len(lists) == (len(segment.GENDERS) + 1) * (bands + 1) * (len(occupations) + 1) - 1
     items = set(pd.read_parquet(built.directory / "features" / "item_profile.parquet")["item_id"])
     for ids in lists.values():
         assert len(ids) == len(set(ids)) == 200 and set(ids) <= items

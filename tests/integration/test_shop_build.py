@@ -86,3 +86,15 @@ def test_the_build_learns_from_positive_events_only(shop):
     stats = pd.read_parquet(directory / "features" / "item_stats.parquet")
     assert stats["popularity"].sum() <= len(positive)
     assert stats["popularity"].sum() < (events["event_type"] == "view").sum()
+
+
+def test_new_shoppers_get_a_list_for_their_declared_region(shop):
+    """The shop declares one user attribute, `region` (no age, gender or
+    occupation): the segments are its values, each with its own list."""
+    dataset, _, directory, _, _ = shop
+    document = json.loads((directory / "cold_start.json").read_text())
+    regions = sorted(load(dataset).users["region"].unique())
+    assert document["attributes"] == [{"name": "region", "values": regions}]
+    assert sorted(document["lists"]) == regions
+    tops = {tuple(items[:10]) for items in document["lists"].values()}
+    assert len(tops) == len(regions)  # each region's own list

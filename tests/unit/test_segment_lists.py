@@ -28,11 +28,61 @@ def test_age_bands_cover_every_age_and_serve_their_middle():
 
 def test_an_unknown_occupation_is_served_as_other(tmp_path: Path):
     lists = SegmentLists(tmp_path)
-    lists.lists = {"F|1|student": ["1", "2"], "F|1|other": ["3"]}
-    lists.occupations = frozenset({"student", "other"})
+    lists.load({"lists": {"F|1|student": ["1", "2"], "F|1|other": ["3"]}})  # an older file
     assert lists.items(Attributes(22, "F", "student")) == ["1", "2"]
     assert lists.items(Attributes(22, "F", "astronaut")) == ["3"]
     assert lists.items(Attributes(22, "M", "student")) == []  # no list: popular instead
+
+
+SHOP = {
+    "attributes": [
+        {"name": "region", "values": ["north", "south"]},
+        {"name": "premium", "values": ["false", "true"]},
+        {"name": "spend", "edges": [0, 10, 100]},
+    ],
+    "unused": ["zip"],
+    "lists": {"north||": ["1"], "north|true|1": ["2"], "|false|": ["3"]},
+}
+
+
+def declared(**values: str) -> Attributes:
+    return Attributes(declared=tuple(sorted(values.items())))
+
+
+def test_declared_attributes_pick_their_segment(tmp_path: Path):
+    lists = SegmentLists(tmp_path)
+    lists.load(SHOP)
+    assert lists.items(declared(region="north")) == ["1"]
+    assert lists.items(declared(region="north", premium="true", spend="250")) == ["2"]
+    assert lists.items(declared(premium="false", zip="10115")) == ["3"]  # zip: in no segment
+    assert lists.items(declared(region="west")) == []  # unseen: not given, so no list
+    assert lists.items(declared(zip="10115")) == []  # nothing segments use: popular
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "message"),
+    [
+        ({"planet": "mars"}, 'attributes.values["planet"]', "declares premium, region, spend, zip"),
+        ({"spend": "lots"}, 'attributes.values["spend"]', "must be a number"),
+        ({"spend": "nan"}, 'attributes.values["spend"]', "must be finite"),
+        ({"premium": "yes"}, 'attributes.values["premium"]', "true or false"),
+        ({"region": ""}, 'attributes.values["region"]', "1 to 64 characters"),
+        ({f"a{i}": "x" for i in range(33)}, "attributes.values", "at most 32"),
+        ({'a"]: b': "x"}, "attributes.values", "is no attribute name"),
+    ],
+)
+def test_bad_declared_attributes_name_the_field(tmp_path: Path, values, field, message):
+    lists = SegmentLists(tmp_path)
+    lists.load(SHOP)
+    with pytest.raises(InvalidArgument) as raised:
+        check_query(Query("u", 5, attributes=declared(**values)), True, frozenset(), segments=lists)
+    assert str(raised.value).startswith(field) and message in str(raised.value)
+
+
+def test_typed_fields_and_declared_values_together_are_refused(tmp_path: Path):
+    both = Attributes(22, "F", "student", (("region", "north"),))
+    with pytest.raises(InvalidArgument, match="not both"):
+        check_query(Query("u", 5, attributes=both), True, frozenset())
 
 
 @pytest.mark.parametrize(

@@ -47,10 +47,14 @@ export interface Recommendations {
   raw: RecommendResponse | SimilarItemsResponse;
 }
 
+/** A new user's sign-up data: MovieLens's three typed fields, or any user
+ * attribute the catalogue's dataset declares by name in `values` (numbers in
+ * decimal, booleans "true"/"false"); one or the other. */
 export interface UserAttributes {
-  age: number;
-  gender: string;
-  occupation: string;
+  age?: number;
+  gender?: string;
+  occupation?: string;
+  values?: Record<string, string>;
 }
 
 function enumName(names: Record<number, string>, value: number): string | null {

@@ -40,7 +40,9 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     recommend = commands.add_parser("recommend", parents=[common], help="top items for a user")
     recommend.add_argument("--user", required=True)
-    recommend.add_argument("--attributes", help="a new user's AGE,GENDER,OCCUPATION")
+    recommend.add_argument(
+        "--attributes", help="a new user's AGE,GENDER,OCCUPATION, or NAME=VALUE,... (declared)"
+    )
     similar = commands.add_parser("similar", parents=[common], help="items like an item")
     similar.add_argument("--item", required=True)
     similar.add_argument("--user", default="")
@@ -61,6 +63,9 @@ def options(args: argparse.Namespace) -> ClientOptions:
 def attributes(value: str | None) -> UserAttributes | None:
     if not value:
         return None
+    if "=" in value:
+        pairs = (part.split("=", 1) for part in value.split(","))
+        return UserAttributes(values={name.strip(): text.strip() for name, text in pairs})
     age, gender, occupation = value.split(",", 2)
     return UserAttributes(int(age), gender, occupation)
 

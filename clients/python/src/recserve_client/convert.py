@@ -58,7 +58,10 @@ def recommend_request(
     if attributes is not None:
         request.attributes.CopyFrom(
             pb.UserAttributes(
-                age=attributes.age, gender=attributes.gender, occupation=attributes.occupation
+                age=attributes.age,
+                gender=attributes.gender,
+                occupation=attributes.occupation,
+                values=dict(attributes.values),
             )
         )
     return request

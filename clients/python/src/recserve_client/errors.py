@@ -8,7 +8,7 @@ import re
 
 import grpc
 
-_FIELD = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\[\]-]*): (.*)$", re.DOTALL)
+_FIELD = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\[\]\"-]*): (.*)$", re.DOTALL)
 
 
 class RecserveError(Exception):
@@ -24,7 +24,8 @@ class InvalidRequest(RecserveError):
     """The server refused the request (INVALID_ARGUMENT); never retried.
 
     ``field`` is the request field it named ("k", "filter.categories",
-    "filter.exclude_item_ids[1]"), ``problem`` what is wrong with it."""
+    "filter.exclude_item_ids[1]", 'attributes.values["region"]'), ``problem``
+    what is wrong with it."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(code, message)

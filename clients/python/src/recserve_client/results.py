@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -31,11 +31,15 @@ class ItemFilter:
 
 @dataclass(frozen=True)
 class UserAttributes:
-    """A new user's sign-up data: answered with the list for users like them."""
+    """A new user's sign-up data: answered with the list for users like them.
+    MovieLens's three typed fields, or any user attribute the catalogue's
+    dataset declares by name in ``values`` (numbers in decimal, booleans
+    "true"/"false"); one or the other."""
 
-    age: int
-    gender: str
-    occupation: str
+    age: int = 0
+    gender: str = ""
+    occupation: str = ""
+    values: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
