@@ -36,7 +36,7 @@ COMMON = [
     "cryptography",
 ]
 IMAGES: dict[str, list[str]] = {
-    "gateway": [],
+    "gateway": ["cachetools"],
     "features": ["feast", "redis", "pandas", "pyarrow", "cachetools"],
     "retriever": ["qdrant-edge-py", "qdrant-client", "pandas", "pyarrow"],
     # The rollout judge reads percentiles from hdrhistogram.

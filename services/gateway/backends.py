@@ -7,9 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import numpy as np
+from cachetools import TTLCache
 
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
@@ -20,10 +22,12 @@ from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit.tracing import outbound_metadata
 from recserve_model.catalogue import AttributeFilter
 from services.gateway.config import GatewaySettings
+from services.gateway.descriptions import Description
 from services.gateway.stages import STAGE_CHILDREN, Stages
 from services.gateway.user_vectors import UserVectors
 
 DESCRIBE_TIMEOUT_S = 0.01  # titles the live catalogue lacks: worth a short wait only
+STORED_TTL_S = 60.0  # an upserted item's description, as the retriever stores it
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Backends:
         self.retriever = retriever
         self.ranker = ranker
         self.user_vectors = UserVectors(settings.user_vector_cache_size)
+        self.stored: TTLCache[str, Description] = TTLCache(maxsize=10_000, ttl=STORED_TTL_S)
 
     async def user(self, stages: Stages, user_id: str) -> fpb.UserFeatures:
         reply = await stages.run(
@@ -182,24 +187,39 @@ class Backends:
         affinity = np.asarray(reply.affinity, dtype=np.float32) if explain else None
         return Ranked(np.asarray(reply.scores, dtype=np.float32), reply.model_version, affinity)
 
-    async def describe(
-        self, stages: Stages, item_ids: Sequence[str]
-    ) -> dict[str, fpb.ItemFeatures]:
-        """Titles and categories of items the local copies lack, asked of the
-        features service with a short wait; none when it does not answer."""
-        timeout = min(DESCRIBE_TIMEOUT_S, max(stages.deadline.remaining_s(), 0.002))
+    async def describe(self, stages: Stages, item_ids: Sequence[str]) -> dict[str, Description]:
+        """Titles and categories of items the local copies lack: asked of the
+        features service, then, for items it does not know (upserted since
+        the last build), of the retriever that stores them (kept a minute);
+        each with a short wait, none when neither answers."""
         started = time.perf_counter()
         try:
-            reply = await self.features.GetItemFeatures(
-                fpb.GetItemFeaturesRequest(item_ids=item_ids),
-                timeout=timeout,
-                metadata=outbound_metadata(),
-            )
-        except grpc.aio.AioRpcError:
-            return {}  # ids without titles are still the answer
+            out = {i: self.stored[i] for i in item_ids if i in self.stored}
+            rest = [i for i in item_ids if i not in out]
+            if rest:
+                request = fpb.GetItemFeaturesRequest(item_ids=rest)
+                reply = await self._ask(stages, self.features.GetItemFeatures, request)
+                known = reply.items if reply is not None else ()
+                out.update({f.item_id: (f.title, tuple(f.categories)) for f in known if f.found})
+            rest = [i for i in rest if i not in out]
+            if rest:
+                by_id = qpb.GetItemsRequest(item_ids=rest)
+                stored = await self._ask(stages, self.retriever.GetItems, by_id)
+                items = stored.items if stored is not None else ()
+                found = {i.item_id: (i.title, tuple(i.categories)) for i in items}
+                self.stored.update(found)
+                out.update(found)
+            return out
         finally:
             STAGE_CHILDREN["describe"].observe(time.perf_counter() - started)
-        return {f.item_id: f for f in reply.items if f.found}
+
+    async def _ask(self, stages: Stages, method: Any, request: Any) -> Any:
+        """One describing call; None when it fails or is late."""
+        timeout = min(DESCRIBE_TIMEOUT_S, max(stages.deadline.remaining_s(), 0.002))
+        try:
+            return await method(request, timeout=timeout, metadata=outbound_metadata())
+        except grpc.aio.AioRpcError:
+            return None  # ids without titles are still the answer
 
 
 def ranker_profile(user: fpb.UserFeatures) -> fpb.UserFeatures:

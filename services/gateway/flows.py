@@ -148,7 +148,7 @@ class Flows:
 
     async def _with_titles(self, answer: Answer, stages: Stages) -> Answer:
         """Titles the live catalogue lacks (not synced yet, or items newer than
-        it), asked of the features service for just those items."""
+        it: upserted since the last build), asked for just those items."""
         missing = [i.item_id for i in answer.items if not i.title]
         if not missing:
             return answer
@@ -156,9 +156,7 @@ class Flows:
         if not found:
             return answer
         items = [
-            Item(i.item_id, i.score, found[i.item_id].title, tuple(found[i.item_id].categories))
-            if i.item_id in found and not i.title
-            else i
+            Item(i.item_id, i.score, *found[i.item_id]) if i.item_id in found and not i.title else i
             for i in answer.items
         ]
         return dataclasses.replace(answer, items=items)

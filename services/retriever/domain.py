@@ -247,6 +247,16 @@ class Retriever:
         without_self = dataclasses.replace(flt, exclude_item_ids=(*flt.exclude_item_ids, item_id))
         return store.search(vector, k, without_self, self._ef(0, k)), store.generation
 
+    def items(self, item_ids: Sequence[str]) -> list[dict[str, object]]:
+        """The stored payloads of the items the index holds, in request order."""
+        if len(item_ids) > self.settings.max_upsert_batch:
+            raise InvalidArgument("item_ids", f"at most {self.settings.max_upsert_batch} per call")
+        for n, item_id in enumerate(item_ids):
+            check_id(item_id, f"item_ids[{n}]")
+        wanted = list(dict.fromkeys(item_ids))
+        found = self._store().payloads(wanted)
+        return [found[i] for i in wanted if i in found]
+
     def info(self) -> StoreInfo:
         return self._store().info()
 

@@ -128,6 +128,11 @@ class EdgeStore:
             return np.asarray(next(iter(vector.values())), dtype=np.float32)
         return np.asarray(vector, dtype=np.float32)
 
+    def payloads(self, item_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+        ids: list[int | UUID | str] = [point_id(i) for i in item_ids]
+        records = self.shard.retrieve(ids, with_payload=True, with_vector=False)
+        return {str(r.payload["item_id"]): dict(r.payload) for r in records if r.payload}
+
     def upsert(self, items: Sequence[ItemRecord]) -> None:
         points = [
             qe.Point(id=point_id(i.item_id), vector=i.vector.tolist(), payload=i.payload())

@@ -112,6 +112,11 @@ class ServerStore:
             return None
         return np.asarray(records[0].vector, dtype=np.float32)
 
+    def payloads(self, item_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+        ids: list[ExtendedPointId] = [point_id(i) for i in item_ids]
+        records = self.client.retrieve(self.collection, ids, with_payload=True)
+        return {str(r.payload["item_id"]): dict(r.payload) for r in records if r.payload}
+
     def upsert(self, items: Sequence[ItemRecord]) -> None:
         self.client.upsert(
             self.collection,

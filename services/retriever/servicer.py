@@ -8,7 +8,7 @@ import numpy as np
 from recserve.retriever.v1 import retriever_pb2 as pb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit.errors import InvalidArgument
-from recserve_model.catalogue import AttributeFilter
+from recserve_model.catalogue import PAYLOAD_KEY, AttributeFilter
 from services.retriever.checks import ItemInput
 from services.retriever.domain import Retriever
 from services.retriever.item_tower import ItemTower
@@ -35,6 +35,27 @@ def to_input(item: pb.Item) -> ItemInput:
     attributes = {name: attribute_value(v) for name, v in item.attributes.items()}
     return ItemInput(
         item.item_id, item.vector, item.categories, item.active, item.title, item.year, attributes
+    )
+
+
+def stored_item(payload: dict[str, object], kinds: dict[str, str]) -> pb.Item:
+    """An item as the index holds it (no vector), attributes in their kinds."""
+    attributes = {}
+    for name, value in dict(payload.get(PAYLOAD_KEY) or {}).items():  # type: ignore[call-overload]
+        kind = kinds.get(name, "categorical")
+        if kind == "numeric":
+            attributes[name] = pb.AttributeValue(number=float(value))
+        elif kind == "tags":
+            attributes[name] = pb.AttributeValue(tags=pb.TagList(values=[str(v) for v in value]))
+        else:
+            attributes[name] = pb.AttributeValue(keyword=str(value))
+    return pb.Item(
+        item_id=str(payload["item_id"]),
+        categories=[str(c) for c in payload.get("categories") or ()],  # type: ignore[attr-defined]
+        active=bool(payload.get("active")),
+        title=str(payload.get("title") or ""),
+        year=int(payload.get("year") or 0),  # type: ignore[call-overload]
+        attributes=attributes,
     )
 
 
@@ -93,6 +114,13 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
             list(request.item_ids), hard=request.mode == pb.DELETE_MODE_HARD
         )
         return pb.DeleteItemsResponse(deleted=deleted)
+
+    async def GetItems(
+        self, request: pb.GetItemsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetItemsResponse:
+        kinds = dict(self.retriever.schema.attributes)
+        payloads = self.retriever.items(list(request.item_ids))
+        return pb.GetItemsResponse(items=[stored_item(p, kinds) for p in payloads])
 
     async def GetInfo(
         self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext

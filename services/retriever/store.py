@@ -98,6 +98,9 @@ class VectorStore(Protocol):
 
     def vector_of(self, item_id: str) -> np.ndarray | None: ...
 
+    def payloads(self, item_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+        """The stored payload of each of these items the collection holds."""
+
     def upsert(self, items: Sequence[ItemRecord]) -> None: ...
 
     def soft_delete(self, item_ids: Sequence[str]) -> int: ...

@@ -175,3 +175,27 @@ async def test_the_schema_and_the_attributes_survive_a_restart(built, tmp_path):
         assert hits and all(values[item_id]["brand"] == "orbit" for item_id, _ in hits)
     finally:
         again.close()
+
+
+async def test_get_items_answers_what_the_index_holds(retriever):
+    """GetItems: each stored item (title, categories, active, attributes in
+    their kinds, no vector), in request order; unknown ids left out; a
+    soft-deleted item is there, inactive; a bad id is refused by name."""
+    stub, _service, values, _ = retriever
+    reply = await stub.GetItems(pb.GetItemsRequest(item_ids=["sku-3", "nope", "sku-0", "sku-3"]))
+    assert [i.item_id for i in reply.items] == ["sku-3", "sku-0"]
+    three = reply.items[0]
+    assert three.title == "item 3" and list(three.categories) == ["shoes"] and three.active
+    assert not three.vector
+    assert three.attributes["brand"].keyword == values["sku-3"]["brand"]
+    assert three.attributes["price"].number == values["sku-3"]["price"]
+    assert list(three.attributes["tags"].tags.values) == values["sku-3"]["tags"]
+    assert three.attributes["on_sale"].keyword == values["sku-3"]["on_sale"]
+    assert "price" not in reply.items[1].attributes  # sku-0 has none
+    await stub.DeleteItems(pb.DeleteItemsRequest(item_ids=["sku-3"], mode=pb.DELETE_MODE_SOFT))
+    hidden = await stub.GetItems(pb.GetItemsRequest(item_ids=["sku-3"]))
+    assert len(hidden.items) == 1 and not hidden.items[0].active
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stub.GetItems(pb.GetItemsRequest(item_ids=["ok", "bad id"]))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith("item_ids[1]")
