@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pipelines import sparse_baselines
 from recserve_model.affinity import RANK
 from recserve_model.encoding import Encoder
 
@@ -72,6 +73,10 @@ def affinity_factors(
 def fit_affinity(
     train: pd.DataFrame, encoder: Encoder, rank: int = AFFINITY_RANK
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The affinity factors from every user's interactions in ``train``."""
+    """The affinity factors from every user's interactions in ``train``: of
+    EASE's weights up to DENSE_ITEMS items, of its low-rank form above."""
     users = sorted(train["user_id"].unique())
+    if not sparse_baselines.dense_ok(encoder.spec.num_rows):
+        matrix = sparse_baselines.interactions(train, encoder, users)
+        return sparse_baselines.low_rank_ease(matrix, rank, EASE_LAMBDA)
     return affinity_factors(ease(interactions(train, encoder, users)), rank)

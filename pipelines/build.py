@@ -200,7 +200,7 @@ def train_and_export(
     return metrics
 
 
-BASELINES = ("popularity", "item_knn", "ease")
+BASELINES = ("popularity", "item_knn", "ease", "ease_low_rank")
 GATED = ("ranked", "ranked_int8")
 GATE_METRICS = ("recall@10", "ndcg@10")
 

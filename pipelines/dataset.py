@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines import movielens
+from pipelines.sparse_baselines import DENSE_ITEMS, SCORED_USERS
 from recserve_data import ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
 from recserve_feast.activity import RECENT_ITEMS, SEEN_ITEMS
 from recserve_model.catalogue import CatalogueSchema, EventKind
@@ -34,11 +35,18 @@ RANKER_WINDOW = 5
 
 
 def working_set(users: int, items: int, interactions: int) -> int:
-    """Bytes the build holds at its peak, about: the users x items training
-    matrix (float32), the dense items x items matrices of EASE, item-kNN and
-    the affinity's SVD (float64, about five at once), and some 200 bytes per
-    interaction for the split's and the features' copies of the frames."""
-    return users * items * 4 + items * items * 8 * 5 + interactions * 200
+    """Bytes the build holds at its peak, about. Up to DENSE_ITEMS items: the
+    users x items training matrix (float32), the dense items x items
+    matrices of EASE, item-kNN and the affinity's SVD (float64, about five at
+    once). Above: sparse matrices and chunks instead (sparse_baselines.py):
+    the candidates' and the baselines' score blocks (200 MB and 256 users x
+    items x 3 float32), a few items x 64 tables. Both: some 200 bytes per
+    interaction for the split's and the features' copies of the frames, and
+    a few kilobytes per user (histories, vectors, seen sets)."""
+    if items <= DENSE_ITEMS:
+        return users * items * 4 + items * items * 8 * 5 + interactions * 200
+    blocks = 200_000_000 + SCORED_USERS * items * 4 * 3
+    return blocks + items * 64 * 4 * 8 + interactions * 200 + users * 4_096
 
 
 LEARNED_ROLES = (Role.POSITIVE, Role.RATING)  # the events the models learn from

@@ -3,8 +3,10 @@
 For each user: history = the whole training period, truth = the held-out
 items, already-seen items are never recommended. Reported: recall@10/50/100
 and NDCG@10 for popularity, item-kNN and EASE (the baselines, from
-``baselines.py``), exact two-tower retrieval, retrieval + ranking, and
-retrieval + the int8 ranker.
+``baselines.py``; above 20,000 items sparse item-kNN and low-rank EASE,
+``sparse_baselines.py``), exact two-tower retrieval, retrieval + ranking,
+and retrieval + the int8 ranker. Above EVAL_USERS held-out users, a seeded
+sample of that many.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ import numpy as np
 import onnxruntime as ort
 import pandas as pd
 
-from pipelines import baselines
+from pipelines import baselines, sparse_baselines
 from pipelines.dataset import Split, recent_items
 from pipelines.train import Inputs, seen_rows
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
-from recserve_model.encoding import HISTORY_LEN
+from recserve_model.encoding import HISTORY_LEN, Encoder
 
 CUTOFFS = (10, 50, 100)
 RERANK_DEPTH = 200
+EVAL_USERS = 10_000  # held-out users evaluated; more are sampled down to this
+EVAL_SEED = 7
+BASELINE_RANK = 64  # the low-rank EASE baseline's (the ranker's affinity uses 32)
 
 
 def session(path: Path) -> ort.InferenceSession:
@@ -65,6 +70,55 @@ def ranker_scores(
     return model.run(["score"], feed)[0][:, 0]
 
 
+def sampled(users: list[str]) -> list[str]:
+    """Every user up to EVAL_USERS; above, that many drawn (seeded): the
+    figures' standard error is then about a third of a percent of NDCG."""
+    if len(users) <= EVAL_USERS:
+        return users
+    drawn = np.random.default_rng(EVAL_SEED).choice(len(users), EVAL_USERS, replace=False)
+    return [users[i] for i in sorted(drawn)]
+
+
+class BaselineScores:
+    """The item-item baselines' scores for each evaluated user: dense item-kNN
+    and EASE up to DENSE_ITEMS items (fit on the evaluated users' rows), the
+    sparse item-kNN and low-rank EASE above (fit on every training user's,
+    scored a batch of users at a time): never items x items."""
+
+    def __init__(self, train: pd.DataFrame, encoder: Encoder, users: list[str]) -> None:
+        self.dense = sparse_baselines.dense_ok(encoder.spec.num_rows)
+        self.batch: tuple[int, dict[str, np.ndarray]] = (-1, {})
+        if self.dense:
+            self.history = baselines.interactions(train, encoder, users)
+            self.weights = {
+                "item_knn": baselines.item_knn(self.history),
+                "ease": baselines.ease(self.history),
+            }
+            return
+        everyone = sparse_baselines.interactions(train, encoder, sorted(train["user_id"].unique()))
+        self.rows = sparse_baselines.interactions(train, encoder, users)
+        self.knn = sparse_baselines.ItemKnn(everyone)
+        lam = baselines.EASE_LAMBDA
+        self.factors = sparse_baselines.low_rank_ease(everyone, BASELINE_RANK, lam)
+
+    def of(self, i: int) -> dict[str, np.ndarray]:
+        """User ``i``'s scores by baseline: [num_rows] float32 each, fresh."""
+        if self.dense:
+            return {name: self.history[i] @ w for name, w in self.weights.items()}
+        start = i - i % sparse_baselines.SCORED_USERS
+        if self.batch[0] != start:
+            rows = self.rows[start : start + sparse_baselines.SCORED_USERS]
+            history_side, item_side = self.factors
+            self.batch = (
+                start,
+                {
+                    "item_knn": self.knn.scores(rows),
+                    "ease_low_rank": np.asarray(rows @ history_side) @ item_side.T,
+                },
+            )
+        return {name: scores[i - start].copy() for name, scores in self.batch[1].items()}
+
+
 def evaluate(
     split: Split,
     inputs: Inputs,
@@ -80,7 +134,7 @@ def evaluate(
     recent = recent_items(train)
     seen = seen_rows(train, encoder)
     truth = seen_rows(split.test, encoder)
-    users = sorted(u for u in truth if only_users is None or u in only_users)
+    users = sampled(sorted(u for u in truth if only_users is None or u in only_users))
     user_tower = session(models["user_tower"])
     rankers = {"ranked": session(models["ranker"]), "ranked_int8": session(models["ranker_int8"])}
     feats = np.stack([inputs.user_features[u] for u in users])
@@ -89,11 +143,7 @@ def evaluate(
     u_vecs = user_tower.run(["user_vector"], {"user_features": feats, "history": hist})[0]
     u_aff = vectors_or_zeros(UserAffinity.load(models["ranker"].parents[1]), hist)
     popularity_order = np.argsort(-inputs.popularity, kind="stable")
-    history_matrix = baselines.interactions(train, encoder, users)
-    neighbours = {
-        "item_knn": baselines.item_knn(history_matrix),
-        "ease": baselines.ease(history_matrix),
-    }
+    neighbours = BaselineScores(train, encoder, users)
     totals: dict[str, dict[str, float]] = {}
 
     def add(name: str, ranked: np.ndarray, user: str) -> None:
@@ -108,13 +158,12 @@ def evaluate(
         blocked = never.copy()
         blocked[list(seen.get(user, ()))] = True
         add("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)], user)
-        for name, weights in neighbours.items():
-            baseline = history_matrix[i] @ weights
+        for name, baseline in neighbours.of(i).items():
             baseline[blocked] = -np.inf
-            add(name, np.argsort(-baseline, kind="stable")[: max(CUTOFFS)], user)
+            add(name, sparse_baselines.top(baseline, max(CUTOFFS)), user)
         scores = vectors @ u_vecs[i]
         scores[blocked] = -np.inf
-        retrieved = np.argsort(-scores, kind="stable")[:RERANK_DEPTH]
+        retrieved = sparse_baselines.top(scores, RERANK_DEPTH)
         add("two_tower", retrieved, user)
         for name, model in rankers.items():
             s = ranker_scores(

@@ -13,11 +13,12 @@ import torch
 import torch.nn.functional as F
 from rich.progress import Progress
 
-from pipelines import baselines
+from pipelines import baselines, sparse_baselines
 from pipelines.dataset import Split
 from pipelines.models import Ranker, TwoTower
 from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 
+SCORED_CELLS = 50_000_000  # ranker candidates: users x items scores at once (200 MB)
 AFFINITY_BLEND = 10.0
 
 
@@ -186,23 +187,27 @@ def ranker_examples(
     u_vecs = user_vectors(tower, inputs, users, recent)
     seen = seen_rows(split.tower_train, encoder)
     targets = seen_rows(split.ranker_train, encoder)
-    scores = u_vecs @ vectors.T
-    scores[:, 0] = -np.inf
     cand = np.zeros((len(users), n), dtype=np.int64)
     label = np.zeros((len(users), n), dtype=np.float32)
-    for i, user in enumerate(users):
-        s = scores[i].copy()
-        s[list(seen.get(user, ()))] = -np.inf
-        top = np.argsort(-s, kind="stable")[:n]
-        # Train on what serving will see: the tower's own top-n. Adding the
-        # positives it missed would teach "low retrieval score is good".
-        wanted = np.fromiter(targets[user], dtype=np.int64)
-        cand[i] = top
-        label[i] = np.isin(top, wanted)
+    retrieval = np.zeros((len(users), n), dtype=np.float32)
+    chunk = max(1, SCORED_CELLS // len(vectors))  # users scored at once: bounded memory
+    for start in range(0, len(users), chunk):
+        scores = u_vecs[start : start + chunk] @ vectors.T
+        scores[:, 0] = -np.inf
+        for j, user in enumerate(users[start : start + chunk]):
+            s = scores[j].copy()
+            s[list(seen.get(user, ()))] = -np.inf
+            top = sparse_baselines.top(s, n)
+            # Train on what serving will see: the tower's own top-n. Adding the
+            # positives it missed would teach "low retrieval score is good".
+            wanted = np.fromiter(targets[user], dtype=np.int64)
+            cand[start + j] = top
+            label[start + j] = np.isin(top, wanted)
+            retrieval[start + j] = scores[j][top]
     return RankerExamples(
         torch.from_numpy(cand),
         torch.from_numpy(label),
-        torch.from_numpy(np.take_along_axis(scores, cand, 1).astype(np.float32)),
+        torch.from_numpy(retrieval),
         torch.from_numpy(u_vecs),
         torch.from_numpy(np.stack([inputs.user_features[u] for u in users])),
         torch.from_numpy(np.stack([encoder.history(recent.get(u, [])) for u in users])),

@@ -1,0 +1,96 @@
+"""The build's steps for large catalogues (pipelines/sparse_baselines.py):
+the same answers as the dense forms where both can run, and a working set
+that grows linearly in items."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import sparse
+
+from pipelines import baselines, dataset, evaluate, sparse_baselines
+from recserve_model.encoding import Encoder, EncodingSpec
+
+
+@pytest.fixture
+def matrix():
+    rng = np.random.default_rng(3)
+    dense = (rng.random((400, 150)) < 0.04).astype(np.float32)
+    dense[:, 0] = 0  # row 0: the unknown item
+    dense[:, 7] = 0  # an item nobody has
+    dense[5, 9] = 1
+    dense[[n for n in range(400) if n != 5], 9] = 0  # an item one user has
+    return dense
+
+
+def test_sparse_item_knn_scores_equal_the_dense_ones(matrix):
+    dense = matrix @ baselines.item_knn(matrix)
+    knn = sparse_baselines.ItemKnn(sparse.csr_matrix(matrix))
+    got = knn.scores(sparse.csr_matrix(matrix[:64]))
+    assert got.shape == (64, 150) and got.dtype == np.float32
+    np.testing.assert_allclose(got, dense[:64], atol=1e-5)
+
+
+def test_low_rank_ease_is_the_ridge_map_on_the_top_singular_directions(matrix):
+    history, item = sparse_baselines.low_rank_ease(sparse.csr_matrix(matrix), 16, 300.0)
+    assert history.shape == item.shape == (150, 16)
+    _, singular, right = np.linalg.svd(matrix.astype(np.float64), full_matrices=False)
+    top = right[:16].T
+    expected = top @ np.diag(singular[:16] ** 2 / (singular[:16] ** 2 + 300.0)) @ top.T
+    np.testing.assert_allclose(history @ item.T, expected, atol=1e-4)
+    # Its top items for a user agree with dense EASE's more often than chance.
+    ease = matrix @ baselines.ease(matrix)
+    low = (matrix @ history) @ item.T
+    overlap = np.mean(
+        [
+            len(set(np.argsort(-ease[u])[:10]) & set(np.argsort(-low[u])[:10])) / 10
+            for u in range(400)
+        ]
+    )
+    assert overlap > 0.3
+
+
+def test_top_matches_a_stable_argsort_on_a_large_catalogue_with_ties():
+    rng = np.random.default_rng(5)
+    scores = rng.integers(0, 50, sparse_baselines.DENSE_ITEMS * 2).astype(np.float32)
+    scores[:100] = -np.inf
+    for n in (1, 10, 200):
+        expected = np.argsort(-scores, kind="stable")[:n]
+        np.testing.assert_array_equal(sparse_baselines.top(scores, n), expected)
+
+
+def test_the_evaluation_scores_large_catalogues_with_the_sparse_forms(matrix, monkeypatch):
+    """Above DENSE_ITEMS item rows: sparse item-kNN (the same scores as the
+    dense, when every user is evaluated) and low-rank EASE in its place."""
+    users = [f"u{n}" for n in range(400)]
+    items = [f"i{n}" for n in range(1, 150)]
+    rows, columns = np.nonzero(matrix)
+    train = pd.DataFrame(
+        {"user_id": [users[r] for r in rows], "item_id": [items[c - 1] for c in columns]}
+    )
+    encoder = Encoder(EncodingSpec(items, [], [], 8))
+    assert encoder.spec.num_rows == 150
+    dense = evaluate.BaselineScores(train, encoder, users)
+    monkeypatch.setattr(sparse_baselines, "DENSE_ITEMS", 100)
+    large = evaluate.BaselineScores(train, encoder, users)
+    for i in (0, 5, 255, 256, 399):
+        small, big = dense.of(i), large.of(i)
+        assert set(small) == {"item_knn", "ease"} and set(big) == {"item_knn", "ease_low_rank"}
+        np.testing.assert_allclose(big["item_knn"], small["item_knn"], atol=1e-5)
+        assert big["ease_low_rank"].shape == (150,)
+
+
+def test_the_evaluated_users_are_sampled_above_the_limit():
+    few = [f"u{n}" for n in range(100)]
+    assert evaluate.sampled(few) == few
+    many = [f"u{n:06d}" for n in range(evaluate.EVAL_USERS * 3)]
+    drawn = evaluate.sampled(many)
+    assert len(drawn) == evaluate.EVAL_USERS and drawn == sorted(drawn)
+    assert drawn == evaluate.sampled(many)  # seeded
+
+
+def test_the_working_set_grows_linearly_above_the_dense_limit():
+    marketplace = dataset.working_set(200_000, 1_000_000, 28_250_706)
+    assert marketplace < 24 * 2**30  # a 24 GiB machine builds it
+    assert dataset.working_set(200_000, 2_000_000, 28_250_706) < 2 * marketplace
+    small = dataset.working_set(943, 1_682, 100_000)
+    assert small == 943 * 1_682 * 4 + 1_682**2 * 40 + 100_000 * 200  # as before
