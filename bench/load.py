@@ -81,15 +81,18 @@ async def run_load(
     debug: bool = False,
     timeline: bool = False,
     event: tuple[float, Callable[[], None]] | None = None,
+    user_prefix: str = "",
 ) -> LoadResult:
-    """``event``: (seconds into the load, what to do then), e.g. a SIGKILL."""
+    """``event``: (seconds into the load, what to do then), e.g. a SIGKILL.
+    Users are ``<user_prefix><1..users>`` (MovieLens's ids by default)."""
     result = LoadResult(rate, duration_s)
     total = int(rate * duration_s)
     async with grpc.aio.insecure_channel(target) as channel:
         stub = recommend_pb2_grpc.RecommendServiceStub(channel)
         # Warm the path (connections, caches) before measuring.
         for n in range(20):
-            await stub.Recommend(pb.RecommendRequest(user_id=str(1 + n), k=k), timeout=5)
+            warm = pb.RecommendRequest(user_id=f"{user_prefix}{1 + n}", k=k)
+            await stub.Recommend(warm, timeout=5)
         start = time.perf_counter() + 0.05
         if event is not None:
             loop = asyncio.get_running_loop()
@@ -102,7 +105,8 @@ async def run_load(
                 await asyncio.sleep(delay)
             if time.perf_counter() - due > 0.005:
                 result.late_sends += 1
-            request = pb.RecommendRequest(user_id=str(1 + (i * 7919) % users), k=k, debug=debug)
+            user_id = f"{user_prefix}{1 + (i * 7919) % users}"
+            request = pb.RecommendRequest(user_id=user_id, k=k, debug=debug)
             outcome = "full"
             try:
                 reply = await stub.Recommend(request, timeout=timeout_s)

@@ -56,17 +56,31 @@ def build(
             "(docs/events.md): retraining from what users did with the lists.",
         ),
     ] = False,
+    over_the_gate: Annotated[
+        bool,
+        typer.Option(
+            "--publish-over-the-gate",
+            help="Publish even when the served lists lose to a baseline (the losses are "
+            "printed and recorded in DATA_DIR/artifacts/OVERRIDES.jsonl): a first model "
+            "for a new catalogue, to serve and measure it.",
+        ),
+    ] = False,
 ) -> None:
     """Dataset -> validate -> training -> ONNX -> evaluation -> Triton repository
     (idempotent). A dataset that fails validation builds nothing; an artifact
-    whose served lists lose to a baseline is not published."""
+    whose served lists lose to a baseline is not published (unless
+    --publish-over-the-gate)."""
     from pipelines.build import QualityGateError
     from pipelines.dataset import UnsupportedDataset
     from recserve_data import InvalidDataset
 
     try:
         result = run_build(
-            data_dir, console=console, dataset_dir=dataset_dir, with_events=with_events
+            data_dir,
+            console=console,
+            dataset_dir=dataset_dir,
+            with_events=with_events,
+            over_the_gate=over_the_gate,
         )
     except InvalidDataset as refused:
         data_cli.print_report(refused.report, console)

@@ -41,9 +41,9 @@ def mlp(sizes: list[int]) -> nn.Sequential:
 
 
 class UserTower(nn.Module):
-    def __init__(self, num_rows: int, user_dim: int, dim: int) -> None:
+    def __init__(self, num_rows: int, user_dim: int, dim: int, sparse: bool = False) -> None:
         super().__init__()
-        self.history_embedding = nn.Embedding(num_rows, dim, padding_idx=0)
+        self.history_embedding = nn.Embedding(num_rows, dim, padding_idx=0, sparse=sparse)
         self.net = mlp([user_dim + dim, 128, dim])
 
     def forward(self, user_features: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
@@ -54,9 +54,9 @@ class UserTower(nn.Module):
 
 
 class ItemTower(nn.Module):
-    def __init__(self, num_rows: int, item_dim: int, dim: int) -> None:
+    def __init__(self, num_rows: int, item_dim: int, dim: int, sparse: bool = False) -> None:
         super().__init__()
-        self.id_embedding = nn.Embedding(num_rows, dim)
+        self.id_embedding = nn.Embedding(num_rows, dim, sparse=sparse)
         self.net = mlp([item_dim + dim, 128, dim])
 
     def forward(self, item_rows: torch.Tensor, item_features: torch.Tensor) -> torch.Tensor:
@@ -65,12 +65,23 @@ class ItemTower(nn.Module):
 
 
 class TwoTower(nn.Module):
-    def __init__(self, num_rows: int, user_dim: int, item_dim: int, dim: int) -> None:
+    """``sparse``: the id tables take sparse gradients, so a training step
+    costs the rows in its batch, not the whole catalogue (large catalogues)."""
+
+    def __init__(
+        self, num_rows: int, user_dim: int, item_dim: int, dim: int, sparse: bool = False
+    ) -> None:
         super().__init__()
-        self.user = UserTower(num_rows, user_dim, dim)
-        self.item = ItemTower(num_rows, item_dim, dim)
+        self.user = UserTower(num_rows, user_dim, dim, sparse)
+        self.item = ItemTower(num_rows, item_dim, dim, sparse)
         # Learned inverse temperature for the sampled softmax.
         self.log_scale = nn.Parameter(torch.tensor(2.5))
+        self.sparse = sparse
+
+    def sparse_parameters(self) -> list[nn.Parameter]:
+        if not self.sparse:
+            return []
+        return [self.user.history_embedding.weight, self.item.id_embedding.weight]
 
 
 class Affinity(nn.Module):
@@ -118,9 +129,11 @@ class Ranker(nn.Module):
         item_dim: int,
         dim: int,
         affinity_rank: int = AFFINITY_RANK,
+        sparse: bool = False,
     ) -> None:
         super().__init__()
         self.table = nn.Parameter(torch.randn(num_rows, dim) * 0.05)
+        self.sparse = sparse  # the table takes sparse gradients (large catalogues)
         self.affinity = Affinity(num_rows, affinity_rank, HISTORY_LEN)
         self.net = mlp([dim * 3 + user_dim + item_dim + 2, 128, 64, 1])
         # The MLP learns a correction on top of the retrieval score, which
@@ -132,6 +145,9 @@ class Ranker(nn.Module):
             assert isinstance(last, nn.Linear)
             last.weight.mul_(0.01)
             last.bias.zero_()
+
+    def sparse_parameters(self) -> list[nn.Parameter]:
+        return [self.table] if self.sparse else []
 
     def features(
         self,
@@ -170,7 +186,8 @@ class Ranker(nn.Module):
         retrieval_score: torch.Tensor,  # [B, 1]
         user_affinity: torch.Tensor,  # [B, R] the user's side of the affinity
     ) -> torch.Tensor:
-        rows = self.table[item_id.squeeze(-1)]
+        index = item_id.squeeze(-1)
+        rows = F.embedding(index, self.table, sparse=True) if self.sparse else self.table[index]
         affinity = self.affinity.score(item_id, user_affinity)
         x = self.features(
             rows, user_vector, user_features, item_features, retrieval_score, affinity

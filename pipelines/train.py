@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from rich.progress import Progress
+from torch import nn
 
 from pipelines import baselines, sparse_baselines
 from pipelines.dataset import Split
@@ -95,7 +96,8 @@ def train_two_tower(
 ) -> TwoTower:
     torch.manual_seed(config.seed)
     spec = inputs.encoder.spec
-    model = TwoTower(spec.num_rows, spec.user_dim, spec.item_dim, config.dim)
+    sparse = not sparse_baselines.dense_ok(spec.num_rows)
+    model = TwoTower(spec.num_rows, spec.user_dim, spec.item_dim, config.dim, sparse)
     history, rows, user_ids = histories_before_each(split.tower_train, inputs.encoder)
     user_feats = np.stack([inputs.user_features[u] for u in user_ids])
     counts = np.bincount(rows, minlength=spec.num_rows).astype(np.float64)
@@ -103,7 +105,7 @@ def train_two_tower(
     item_feats = torch.from_numpy(inputs.item_features)
     t_hist, t_rows = torch.from_numpy(history), torch.from_numpy(rows)
     t_users = torch.from_numpy(user_feats)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    optimizer = optimizers(model, lambda p: torch.optim.Adam(p, lr=config.lr), config.lr)
     generator = torch.Generator().manual_seed(config.seed)
     steps = (len(rows) + config.batch_size - 1) // config.batch_size
     task = progress.add_task("train two-tower", total=config.tower_epochs * steps)
@@ -162,6 +164,36 @@ def set_affinity(model: Ranker, train: pd.DataFrame, encoder: Encoder) -> None:
         )
 
 
+class Optimizers:
+    """Steps several optimizers as one: the dense parameters' and, for a
+    large catalogue, SparseAdam's for the id tables (a step updates only the
+    rows in its batch; dense Adam would touch every row, every step)."""
+
+    def __init__(self, *optimizers: torch.optim.Optimizer) -> None:
+        self.optimizers = optimizers
+
+    def zero_grad(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.zero_grad()
+
+    def step(self) -> None:
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+
+def optimizers(
+    model: TwoTower | Ranker,
+    dense: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
+    lr: float,
+) -> Optimizers:
+    """``dense`` for every parameter, or (sparse tables) SparseAdam for those."""
+    tables = model.sparse_parameters()
+    if not tables:
+        return Optimizers(dense(list(model.parameters())))
+    rest = [p for p in model.parameters() if all(p is not t for t in tables)]
+    return Optimizers(dense(rest), torch.optim.SparseAdam(tables, lr=lr))
+
+
 @dataclass(frozen=True)
 class RankerExamples:
     """Each training user's candidates (the tower's top-n unseen items) with
@@ -218,7 +250,8 @@ def ranker_examples(
 def initial_ranker(split: Split, inputs: Inputs, tower: TwoTower, config: TrainConfig) -> Ranker:
     """The ranker before training: the tower's own softmax plus the affinity."""
     spec = inputs.encoder.spec
-    model = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, config.dim)
+    sparse = not sparse_baselines.dense_ok(spec.num_rows)
+    model = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, config.dim, sparse=sparse)
     # Affinity as of the end of the tower period, like every other input here.
     set_affinity(model, split.tower_train, inputs.encoder)
     with torch.no_grad():
@@ -254,7 +287,11 @@ def train_ranker(
     model = initial_ranker(split, inputs, tower, config)
     with torch.no_grad():
         user_side = model.affinity.user_side(ex.history)  # fixed factors: once per user
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.ranker_lr, weight_decay=0.05)
+    optimizer = optimizers(
+        model,
+        lambda p: torch.optim.AdamW(p, lr=config.ranker_lr, weight_decay=0.05),
+        config.ranker_lr,
+    )
     generator = torch.Generator().manual_seed(config.seed)
     # A fifth of the users is held out of the ranker's training: an epoch is
     # kept only if it ranks their window better than the best so far (the
@@ -286,7 +323,7 @@ def keep_best_epoch(
     labels: torch.Tensor,
     fit: torch.Tensor,
     held: torch.Tensor,
-    optimizer_and_generator: tuple[torch.optim.Optimizer, torch.Generator],
+    optimizer_and_generator: tuple[Optimizers, torch.Generator],
     config: TrainConfig,
     progress: Progress,
 ) -> tuple[int, list[float]]:

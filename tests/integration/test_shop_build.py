@@ -98,3 +98,20 @@ def test_new_shoppers_get_a_list_for_their_declared_region(shop):
     assert sorted(document["lists"]) == regions
     tops = {tuple(items[:10]) for items in document["lists"].values()}
     assert len(tops) == len(regions)  # each region's own list
+
+
+def test_an_operator_may_publish_over_the_gate_and_it_is_recorded(shop):
+    """--publish-over-the-gate: the refused artifact (reused, not rebuilt)
+    becomes current, and the losses it was published over are kept."""
+    dataset, data_dir, directory, published, _ = shop
+    root = artifacts.artifacts_root(data_dir)
+    result = build(data_dir, dataset_dir=dataset, over_the_gate=True)
+    assert result.reused and result.version == directory.name
+    assert (root / "CURRENT").read_text().strip() == directory.name
+    overrides = root / "OVERRIDES.jsonl"
+    if published:  # nothing to override: nothing recorded
+        assert not overrides.exists()
+        return
+    (entry,) = [json.loads(line) for line in overrides.read_text().splitlines()]
+    assert entry["version"] == directory.name and entry["failures"]
+    assert all(" < " in failure for failure in entry["failures"])

@@ -94,3 +94,31 @@ def test_the_working_set_grows_linearly_above_the_dense_limit():
     assert dataset.working_set(200_000, 2_000_000, 28_250_706) < 2 * marketplace
     small = dataset.working_set(943, 1_682, 100_000)
     assert small == 943 * 1_682 * 4 + 1_682**2 * 40 + 100_000 * 200  # as before
+
+
+def test_large_catalogues_train_with_sparse_id_tables():
+    """Above DENSE_ITEMS rows the towers' and the ranker's id tables take
+    sparse gradients and SparseAdam: a step changes only its batch's rows."""
+    import torch
+
+    from pipelines.models import Ranker, TwoTower
+    from pipelines.train import optimizers
+
+    rows = 50_000
+    tower = TwoTower(rows, 8, 4, 16, sparse=True)
+    before = tower.item.id_embedding.weight.detach().clone()
+    step = optimizers(tower, lambda p: torch.optim.Adam(p, lr=1e-2), 1e-2)
+    assert len(step.optimizers) == 2
+    items = torch.tensor([3, 7, 11])
+    u = tower.user(torch.randn(3, 8), torch.randint(1, rows, (3, 20)))
+    v = tower.item(items, torch.randn(3, 4))
+    step.zero_grad()
+    (u * v).sum().backward()
+    step.step()
+    changed = (tower.item.id_embedding.weight.detach() != before).any(dim=1)
+    assert set(torch.nonzero(changed).ravel().tolist()) == {3, 7, 11}
+    ranker = Ranker(rows, 8, 4, 16, sparse=True)
+    assert ranker.sparse_parameters() == [ranker.table]
+    dense = Ranker(rows, 8, 4, 16)
+    only = optimizers(dense, lambda p: torch.optim.AdamW(p, lr=1e-3), 1e-3)
+    assert len(only.optimizers) == 1  # small catalogues: the one optimizer, as before

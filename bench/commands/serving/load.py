@@ -19,12 +19,18 @@ def load(
     rate: Annotated[float, typer.Option(help="Requests per second.")] = 200.0,
     duration: Annotated[float, typer.Option(help="Seconds.", max=600)] = 30.0,
     k: int = 20,
+    users: Annotated[int, typer.Option(help="Users asked for, in turn.", min=1)] = 943,
+    user_prefix: Annotated[
+        str, typer.Option(help="Their ids are PREFIX1..PREFIXN (a generated shop's: s).")
+    ] = "",
     out: Path | None = None,
 ) -> None:
     """Open-loop Recommend load through Envoy (constant arrival rate)."""
     from bench.load import run_load
 
-    result = asyncio.run(run_load(target, rate, duration, k=k))
+    result = asyncio.run(
+        run_load(target, rate, duration, k=k, users=users, user_prefix=user_prefix)
+    )
     table = Table(title=f"Recommend at {rate:.0f}/s for {duration:.0f}s via {target}")
     for column in ("p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "degraded"):
         table.add_column(column)

@@ -1,0 +1,131 @@
+"""A marketplace served end to end, through Envoy: a generated shop (brands,
+prices, inactive products, shoppers with a region and nothing else; views,
+clicks, carts, purchases) built through the same pipeline, published over
+the quality gate by the operator (it loses to item-kNN in this world,
+docs/data.md), and served by the same runner as `make run`. Recommend and
+SimilarItems filtered on brand and a price range return only matching
+products; a new shopper's declared region picks their list; bad filters
+name the field."""
+
+import json
+
+import grpc
+import numpy as np
+import pytest
+
+from pipelines.build import build
+from pipelines.shop import ShopSize, write_shop
+from recserve.recommend.v1 import recommend_pb2 as pb
+from recserve.recommend.v1 import recommend_pb2_grpc
+from recserve_data import load
+from recserve_model import artifacts
+from recserve_model import segments as segment
+from tests.helpers import full_answer, poll_until
+from tests.stack import running_stack
+
+pytestmark = pytest.mark.local_stack_only
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shop-stack")
+    dataset = write_shop(root / "dataset", ShopSize(items=400, users=300, events=60_000), seed=3)
+    data_dir = root / "data"
+    build(data_dir, dataset_dir=dataset, over_the_gate=True)
+    with running_stack(data_dir) as stack:
+        channel = grpc.insecure_channel(stack.envoy_address)
+        yield stack, recommend_pb2_grpc.RecommendServiceStub(channel), load(dataset)
+        channel.close()
+
+
+def a_shopper(source) -> str:
+    return str(source.interactions["user_id"].value_counts().index[0])
+
+
+def brand_and_price(source):
+    """The two commonest brands and the middle half of prices: a filter
+    many products meet, and many do not."""
+    items = source.items[source.items["active"]]
+    brands = list(items["brand"].value_counts().index[:2])
+    low, high = (float(q) for q in np.quantile(items["price"], [0.25, 0.75]))
+    conditions = [
+        pb.AttributeFilter(name="brand", any_of=brands),
+        pb.AttributeFilter(name="price", min=low, max=high),
+    ]
+    by_id = items.set_index("item_id")
+
+    def meets(item_id: str) -> bool:
+        row = by_id.loc[item_id]
+        return row["brand"] in brands and low <= row["price"] <= high
+
+    return pb.ItemFilter(attributes=conditions), meets
+
+
+def test_recommend_filtered_on_brand_and_price_returns_only_matching_products(shop):
+    _, stub, source = shop
+    item_filter, meets = brand_and_price(source)
+    user = a_shopper(source)
+    unfiltered = full_answer(stub, user, k=10)
+    assert len(unfiltered.items) == 10 and all(i.title for i in unfiltered.items)
+    assert not all(meets(i.item_id) for i in unfiltered.items)  # the filter has work to do
+    filtered = full_answer(stub, user, k=10, filter=item_filter)
+    assert filtered.items and all(meets(i.item_id) for i in filtered.items)
+    assert filtered.model_version.startswith("shop-")
+    inactive = set(source.items.loc[~source.items["active"], "item_id"])
+    assert not inactive & {i.item_id for i in unfiltered.items}
+
+
+def test_similar_items_filtered_on_brand_and_price(shop):
+    _, stub, source = shop
+    item_filter, meets = brand_and_price(source)
+    seed_item = str(source.interactions["item_id"].value_counts().index[0])
+    request = pb.SimilarItemsRequest(item_id=seed_item, k=10, filter=item_filter)
+
+    def full():
+        reply = stub.SimilarItems(request, timeout=2)
+        assert all(meets(i.item_id) for i in reply.items)  # degraded or not
+        return None if reply.degraded else reply
+
+    reply = poll_until(full, 30, 0.2, "a full SimilarItems answer")
+    assert reply.items and seed_item not in {i.item_id for i in reply.items}
+
+
+def test_a_new_shoppers_region_picks_their_list(shop):
+    stack, stub, _ = shop
+    document = json.loads((artifacts.current(stack.data_dir) / segment.FILE).read_text())
+    assert [a["name"] for a in document["attributes"]] == ["region"]
+    for region in ("north", "south"):
+        attributes = pb.UserAttributes(values={"region": region})
+        reply = stub.Recommend(
+            pb.RecommendRequest(user_id=f"new-shopper-{region}", k=10, attributes=attributes),
+            timeout=2,
+        )
+        assert pb.FallbackSource.Name(reply.fallback_source) == "FALLBACK_SOURCE_ATTRIBUTES"
+        assert [i.item_id for i in reply.items] == document["lists"][region][:10]
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Recommend(
+            pb.RecommendRequest(
+                user_id="new-shopper", k=10, attributes=pb.UserAttributes(values={"age": "30"})
+            ),
+            timeout=2,
+        )
+    assert raised.value.details().startswith('attributes.values["age"]')  # the shop has none
+
+
+@pytest.mark.parametrize(
+    ("condition", "field"),
+    [
+        (pb.AttributeFilter(name="colour", any_of=["red"]), "filter.attributes[0].name"),
+        (pb.AttributeFilter(name="brand", min=1), "filter.attributes[0]"),
+        (pb.AttributeFilter(name="price", any_of=["cheap"]), "filter.attributes[0]"),
+    ],
+)
+def test_bad_filters_on_the_shops_attributes_name_the_field(shop, condition, field):
+    _, stub, source = shop
+    request = pb.RecommendRequest(
+        user_id=a_shopper(source), k=5, filter=pb.ItemFilter(attributes=[condition])
+    )
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.Recommend(request, timeout=2)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith(field)
