@@ -71,6 +71,12 @@ class LoadResult:
         }
 
 
+async def warm_up(stub: recommend_pb2_grpc.RecommendServiceStub, user_prefix: str, k: int) -> None:
+    """The path warmed (connections, caches) before measuring."""
+    for n in range(20):
+        await stub.Recommend(pb.RecommendRequest(user_id=f"{user_prefix}{1 + n}", k=k), timeout=5)
+
+
 async def run_load(
     target: str,
     rate: float,
@@ -89,10 +95,7 @@ async def run_load(
     total = int(rate * duration_s)
     async with grpc.aio.insecure_channel(target) as channel:
         stub = recommend_pb2_grpc.RecommendServiceStub(channel)
-        # Warm the path (connections, caches) before measuring.
-        for n in range(20):
-            warm = pb.RecommendRequest(user_id=f"{user_prefix}{1 + n}", k=k)
-            await stub.Recommend(warm, timeout=5)
+        await warm_up(stub, user_prefix, k)
         start = time.perf_counter() + 0.05
         if event is not None:
             loop = asyncio.get_running_loop()

@@ -60,9 +60,7 @@ def build(
         bool,
         typer.Option(
             "--publish-over-the-gate",
-            help="Publish even when the served lists lose to a baseline (the losses are "
-            "printed and recorded in DATA_DIR/artifacts/OVERRIDES.jsonl): a first model "
-            "for a new catalogue, to serve and measure it.",
+            help="Publish even if it loses to a baseline (recorded: artifacts/OVERRIDES.jsonl).",
         ),
     ] = False,
 ) -> None:
