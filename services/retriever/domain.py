@@ -195,10 +195,15 @@ class Retriever:
     def _build(self, name: str, items_path: Path, schema: CatalogueSchema) -> VectorStore:
         records, dimension = read_items(items_path)
         store = self.generations.create(name, dimension)
-        store.index_attributes(schema)
-        for start in range(0, len(records), LOAD_BATCH):
-            store.upsert(records[start : start + LOAD_BATCH])
-        store.build_index()
+        try:
+            store.index_attributes(schema)
+            for start in range(0, len(records), LOAD_BATCH):
+                store.upsert(records[start : start + LOAD_BATCH])
+            store.build_index()
+        except BaseException:
+            store.close()
+            store.drop()  # the next attempt starts clean
+            raise
         log.info("built generation", extra={"fields": {"generation": name, "items": len(records)}})
         return store
 

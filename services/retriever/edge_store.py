@@ -71,6 +71,9 @@ class EdgeStore:
             optimizers=qe.EdgeOptimizersConfig(indexing_threshold=1),
             wal_enabled=True,
         )
+        # A directory of this name is what a build that was killed left (a
+        # generation is created only under a name never published): remove it.
+        shutil.rmtree(path, ignore_errors=True)
         shard = qe.EdgeShard.create(str(path), config)
         shard.update(
             qe.UpdateOperation.create_field_index(STATE_FIELD, qe.PayloadSchemaType.Keyword)

@@ -77,6 +77,8 @@ class ServerStore:
         m: int,
         ef_construct: int,
     ) -> ServerStore:
+        if client.collection_exists(collection):  # left by a build that was killed
+            client.delete_collection(collection)
         client.create_collection(
             collection,
             vectors_config=models.VectorParams(size=dimension, distance=models.Distance.COSINE),

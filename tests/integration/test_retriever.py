@@ -284,6 +284,20 @@ async def test_bulk_refresh_under_concurrent_searches_causes_no_error(retriever,
     assert info.point_count == len(vectors) + len(written)
 
 
+async def test_a_build_that_was_killed_does_not_block_the_next(retriever, built):
+    """What a killed bulk build leaves (the next generation's store, never
+    published) is cleared by the next refresh, which then succeeds."""
+    stub, service = retriever
+    domain = service.domain
+    before = (await stub.GetInfo(pb.GetInfoRequest())).generation
+    leftover = domain.generations.create(domain.generations.next_name(), domain.dimension)
+    leftover.close()  # as a SIGKILL mid-build leaves it: on disk, unpublished
+    schema = CatalogueSchema.load(built.directory)
+    name = await domain.refresh(built.directory / "item_vectors.parquet", built.version, schema)
+    info = await stub.GetInfo(pb.GetInfoRequest())
+    assert info.generation == name != before and info.point_count > 0
+
+
 def test_acknowledged_writes_survive_kill_9(built, tmp_path):
     data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
     port = free_port()
