@@ -82,7 +82,8 @@ class SegmentLists:
                 return attribute.problem(text)
         if name in self.unused:
             return None if len(text) <= 256 else "at most 256 characters"
-        return f"no user attribute of this catalogue; it declares {', '.join(self.declared())}"
+        declared = ", ".join(self.declared()) or "none"
+        return f"no user attribute of this catalogue; it declares {declared}"
 
     def items(self, attributes: Attributes) -> list[str]:
         """The segment's item ids, best first; empty when there is no list

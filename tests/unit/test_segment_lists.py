@@ -79,6 +79,15 @@ def test_bad_declared_attributes_name_the_field(tmp_path: Path, values, field, m
     assert str(raised.value).startswith(field) and message in str(raised.value)
 
 
+def test_a_catalogue_without_user_attributes_says_so(tmp_path: Path):
+    lists = SegmentLists(tmp_path)
+    lists.load({"attributes": [], "unused": [], "lists": {}})
+    with pytest.raises(InvalidArgument, match="it declares none"):
+        check_query(
+            Query("u", 5, attributes=declared(region="x")), True, frozenset(), segments=lists
+        )
+
+
 def test_typed_fields_and_declared_values_together_are_refused(tmp_path: Path):
     both = Attributes(22, "F", "student", (("region", "north"),))
     with pytest.raises(InvalidArgument, match="not both"):
