@@ -5,6 +5,7 @@ import sys
 import grpc
 import pytest
 
+from recserve.recommend.v1 import recommend_pb2_grpc
 from tests.helpers import data_dir_with_artifacts
 from tests.stack import running_stack
 
@@ -70,3 +71,9 @@ def channel(stack):
     channel = grpc.insecure_channel(stack.envoy_address)
     yield channel
     channel.close()
+
+
+@pytest.fixture(scope="module")
+def stub(channel):
+    """The public RecommendService, through Envoy."""
+    return recommend_pb2_grpc.RecommendServiceStub(channel)

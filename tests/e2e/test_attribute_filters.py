@@ -8,18 +8,10 @@ import pandas as pd
 import pytest
 
 from recserve.recommend.v1 import recommend_pb2 as pb
-from recserve.recommend.v1 import recommend_pb2_grpc
 from tests.e2e.test_recommend import post_json
 from tests.helpers import full_answer, poll_until
 
 NINETIES = pb.AttributeFilter(name="year", min=1990, max=1995)
-
-
-@pytest.fixture(scope="module")
-def stub(stack):
-    channel = grpc.insecure_channel(stack.envoy_address)
-    yield recommend_pb2_grpc.RecommendServiceStub(channel)
-    channel.close()
 
 
 @pytest.fixture(scope="module")

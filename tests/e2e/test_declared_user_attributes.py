@@ -9,19 +9,11 @@ import grpc
 import pytest
 
 from recserve.recommend.v1 import recommend_pb2 as pb
-from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_model import artifacts
 from recserve_model import segments as segment
 from tests.e2e.test_recommend import post_json
 
 SOURCE = "FALLBACK_SOURCE_ATTRIBUTES"
-
-
-@pytest.fixture(scope="module")
-def stub(stack):
-    channel = grpc.insecure_channel(stack.envoy_address)
-    yield recommend_pb2_grpc.RecommendServiceStub(channel)
-    channel.close()
 
 
 @pytest.fixture(scope="module")

@@ -8,19 +8,11 @@ import grpc
 import pytest
 
 from recserve.recommend.v1 import recommend_pb2 as pb
-from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_kit.jsonl_log import read_records
 from tests.helpers import full_answer, poll_until
 
 # The log is under the local stack's data directory (Compose keeps it in its volume).
 pytestmark = pytest.mark.local_stack_only
-
-
-@pytest.fixture(scope="module")
-def stub(stack):
-    channel = grpc.insecure_channel(stack.envoy_address)
-    yield recommend_pb2_grpc.RecommendServiceStub(channel)
-    channel.close()
 
 
 def impression(stack, recommendation_id):

@@ -25,13 +25,6 @@ REASON = pb.DegradedReason.Name
 
 
 @pytest.fixture(scope="module")
-def stub(stack):
-    channel = grpc.insecure_channel(stack.envoy_address)
-    yield recommend_pb2_grpc.RecommendServiceStub(channel)
-    channel.close()
-
-
-@pytest.fixture(scope="module")
 def history(built):
     activity = pd.read_parquet(built.directory / "features" / "user_activity.parquet")
     return dict(zip(activity["user_id"], activity["seen_item_ids"], strict=True))
