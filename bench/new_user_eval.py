@@ -24,12 +24,10 @@ from rich.progress import Progress
 
 from pipelines import dataset, onboarding_model
 from pipelines.evaluate import metrics_at
+from pipelines.inputs import Inputs, build_spec, encode_inputs
 from pipelines.models import TwoTower
 from pipelines.train import (
-    Inputs,
     TrainConfig,
-    build_spec,
-    encode_inputs,
     item_vectors,
     seen_rows,
     train_two_tower,
@@ -71,7 +69,7 @@ def run(raw_dir: Path, folds: int = 5, seed: int = 7) -> dict[str, object]:
 def _fold(data: dataset.MovieLens, cold: set[str]) -> dict[str, dict[str, dict[str, float]]]:
     """Sums of each metric over this fold's held-out users."""
     warm = dataset.temporal_split(data.interactions[~data.interactions["user_id"].isin(cold)])
-    spec = build_spec(data.items, data.users, TrainConfig().dim)
+    spec = build_spec(data, TrainConfig().dim)
     inputs = encode_inputs(spec, dataset.feature_tables(data, warm.train))
     with Progress(transient=True) as progress:
         tower = train_two_tower(warm, inputs, TrainConfig(), progress)

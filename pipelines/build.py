@@ -31,11 +31,10 @@ from pipelines import (
     onboarding_model,
     triton_repo,
 )
+from pipelines.inputs import build_spec, encode_inputs
 from pipelines.models import Int8Ranker
 from pipelines.train import (
     TrainConfig,
-    build_spec,
-    encode_inputs,
     item_vectors,
     set_affinity,
     train_ranker,
@@ -148,7 +147,7 @@ def train_and_export(
     torch.manual_seed(config.seed)
     torch.set_num_threads(2)
     tables = dataset.feature_tables(data, split.train)
-    spec = build_spec(data.items, data.users, config.dim)
+    spec = build_spec(data, config.dim)
     inputs = encode_inputs(spec, tables)
     # The ranker learns from features as of the end of the tower period.
     inputs_then = encode_inputs(spec, dataset.feature_tables(data, split.tower_train))

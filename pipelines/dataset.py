@@ -26,8 +26,9 @@ import pandas as pd
 
 from pipelines import movielens
 from pipelines.sparse_baselines import DENSE_ITEMS, SCORED_USERS
-from recserve_data import ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
+from recserve_data import Column, ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
 from recserve_feast.activity import RECENT_ITEMS, SEEN_ITEMS
+from recserve_model import attribute_features
 from recserve_model.catalogue import CatalogueSchema, EventKind
 
 HOLDOUT = 10
@@ -67,8 +68,11 @@ class UnsupportedDataset(ValueError):
 @dataclass
 class MovieLens:
     interactions: pd.DataFrame  # user_id, item_id, rating, timestamp (int seconds)
-    items: pd.DataFrame  # item_id, title, year, genres (list[str])
-    users: pd.DataFrame  # user_id, age, gender, occupation (0 and "" where not known)
+    # item_id, title, year, genres (list[str]), attributes (the learned
+    # declared ones, attribute_features' JSON of texts)
+    items: pd.DataFrame
+    # user_id, age, gender, occupation (0 and "" where not known), attributes
+    users: pd.DataFrame
     fingerprint: str
     name: str = "ml100k"  # the dataset's short name: artifact versions start with it
     title: str = "MovieLens-100K (GroupLens)"
@@ -82,6 +86,10 @@ class MovieLens:
     # as the dataset gives them (new users' segments are made of these).
     user_kinds: dict[str, str] = field(default_factory=dict)
     user_attributes: pd.DataFrame | None = None
+    # The declared columns the models learn from beside the fixed ones, by
+    # kind (the ``attributes`` columns of items and users hold their values).
+    item_learned: dict[str, str] = field(default_factory=dict)
+    user_learned: dict[str, str] = field(default_factory=dict)
 
 
 def catalogue_of(data: Dataset) -> tuple[CatalogueSchema, dict[str, dict[str, object]]]:
@@ -112,10 +120,37 @@ def present(value: object) -> object:
     return None if pd.isna(value) else value  # type: ignore[call-overload]
 
 
-# What the models learn from, beside items' categories and the events: any
-# other declared column is kept (a filterable one filters) but not learned yet.
+# The columns the encoder always had places for, beside items' categories;
+# every other declared categorical, tags, boolean or numeric column is
+# learned as a declared attribute (recserve_model.attribute_features).
 LEARNED_ITEM_COLUMNS = {"year": ColumnType.NUMERIC}
 LEARNED_USER_COLUMNS = USER_COLUMNS
+
+
+def declared_attributes(columns: dict[str, Column], fixed: dict[str, ColumnType]) -> dict[str, str]:
+    """The declared columns learned as attributes, by kind: text, vector and
+    timestamp columns are kept, not learned."""
+    return {
+        name: column.type.value
+        for name, column in columns.items()
+        if column.type.value in attribute_features.KINDS and name not in fixed
+    }
+
+
+def attribute_json(frame: pd.DataFrame, kinds: dict[str, str]) -> list[str]:
+    """Each row's learned attributes in the form Feast stores (JSON of texts)."""
+    names = list(kinds)
+    if not names:
+        return ["{}"] * len(frame)
+    out = []
+    for row in frame[names].astype(object).itertuples(index=False, name=None):
+        texts = {}
+        for name, value in zip(names, row, strict=True):
+            text = attribute_features.as_text(kinds[name], present(value))
+            if text is not None:
+                texts[name] = text
+        out.append(attribute_features.texts_json(texts))
+    return out
 
 
 def shape_problems(data: Dataset) -> list[str]:
@@ -188,17 +223,22 @@ def movielens_frames(data: Dataset) -> MovieLens:
     dropped = int(data.interactions["user_id"].nunique() - len(enough))
     interactions = interactions[interactions["user_id"].isin(enough)].reset_index(drop=True)
     declared = data.items.columns
+    manifest = data.manifest
+    item_learned = declared_attributes(manifest.items.columns, LEARNED_ITEM_COLUMNS)
+    user_learned: dict[str, str] = {}
+    if manifest.users is not None:
+        user_learned = declared_attributes(manifest.users.columns, LEARNED_USER_COLUMNS)
     items = pd.DataFrame(
         {
             "item_id": data.items["item_id"],
             "title": data.items["title"],
             "year": data.items["year"].fillna(0).astype(np.int32) if "year" in declared else 0,
             "genres": data.items["categories"],
+            "attributes": attribute_json(data.items, item_learned),
         }
     ).astype({"year": np.int32})
-    users = user_frame(data, set(enough))
+    users = user_frame(data, set(enough), user_learned)
     inactive = frozenset(data.items.loc[~data.items["active"].astype(bool), "item_id"])
-    manifest = data.manifest
     schema, values = catalogue_of(data)
     kinds = {}
     if manifest.users is not None:
@@ -221,11 +261,13 @@ def movielens_frames(data: Dataset) -> MovieLens:
         dropped,
         user_kinds=kinds,
         user_attributes=attributes,
+        item_learned=item_learned,
+        user_learned=user_learned,
     )
 
 
-def user_frame(data: Dataset, users: set[str]) -> pd.DataFrame:
-    """user_id, age, gender, occupation of the given users."""
+def user_frame(data: Dataset, users: set[str], learned: dict[str, str]) -> pd.DataFrame:
+    """user_id, age, gender, occupation and the learned attributes of the given users."""
     if data.users is None:
         frame = pd.DataFrame({"user_id": sorted(users)})
     else:
@@ -235,6 +277,7 @@ def user_frame(data: Dataset, users: set[str]) -> pd.DataFrame:
     for name, default in defaults.items():
         column = frame[name] if name in frame else pd.Series(default, index=frame.index)
         out[name] = column.fillna(default)
+    out["attributes"] = attribute_json(frame, learned)
     return out.astype({"age": np.int32, "gender": str, "occupation": str})
 
 

@@ -20,7 +20,8 @@ import pandas as pd
 
 from pipelines import baselines, sparse_baselines
 from pipelines.dataset import Split, recent_items
-from pipelines.train import Inputs, seen_rows
+from pipelines.inputs import Inputs
+from pipelines.train import seen_rows
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.encoding import HISTORY_LEN, Encoder
 
@@ -182,7 +183,7 @@ def evaluate_artifact(
     """The same evaluation, of a built artifact (its ONNX files and vectors),
     on the demo dataset or ``dataset_dir`` (the one it was built from)."""
     from pipelines import dataset
-    from pipelines.train import encode_inputs
+    from pipelines.inputs import encode_inputs
     from recserve_model.encoding import EncodingSpec
 
     data = dataset.load_movielens(raw_dir, dataset_dir)

@@ -80,15 +80,20 @@ class _ItemTowerExport(nn.Module):
     the known items in its categories (of all known items when it has none
     or its categories have none), weighted by their training interactions,
     so ids that never trained (still at their random start) play no part:
-    a content prior."""
+    a content prior. ``category_end``: where the category columns end (the
+    declared attributes follow them)."""
 
-    def __init__(self, model: TwoTower, item_features: np.ndarray, counts: np.ndarray) -> None:
+    def __init__(
+        self, model: TwoTower, item_features: np.ndarray, counts: np.ndarray, category_end: int
+    ) -> None:
         super().__init__()
         self.item = copy.deepcopy(model.item)
+        self.category_end = category_end
         table = self.item.id_embedding.weight.detach()[OOV_ROW + 1 :]
         weight = torch.from_numpy(counts[OOV_ROW + 1 :].astype(np.float32))[:, None]
         overall = (weight * table).sum(dim=0, keepdim=True) / weight.sum().clamp(min=1.0)
-        categories = torch.from_numpy(item_features[OOV_ROW + 1 :, CATEGORY_OFFSET:]) * weight
+        known = item_features[OOV_ROW + 1 :, CATEGORY_OFFSET:category_end]
+        categories = torch.from_numpy(np.ascontiguousarray(known)) * weight
         total = categories.sum(dim=0)[:, None]
         means = (categories.T @ table) / total.clamp(min=1.0)
         self.register_buffer("category_means", torch.where(total > 0, means, overall))
@@ -96,7 +101,7 @@ class _ItemTowerExport(nn.Module):
 
     def forward(self, item_id: torch.Tensor, item_features: torch.Tensor) -> torch.Tensor:
         rows = item_id[:, 0]
-        categories = item_features[:, CATEGORY_OFFSET:]
+        categories = item_features[:, CATEGORY_OFFSET : self.category_end]
         count = categories.sum(dim=1, keepdim=True)
         prior = (categories @ self.category_means) / count.clamp(min=1.0)
         prior = torch.where(count > 0, prior, self.overall_mean)
@@ -141,7 +146,7 @@ def export_item_tower(
     """``item_features`` and ``counts`` (training interactions): every known
     item's, by row (the category priors)."""
     example = (torch.zeros(2, 1, dtype=torch.int64), torch.zeros(2, spec.item_dim))
-    module = _ItemTowerExport(model, item_features, counts).eval()
+    module = _ItemTowerExport(model, item_features, counts, spec.category_end).eval()
     return _export(module, example, ITEM_TOWER_INPUTS, ITEM_TOWER_OUTPUTS, path)
 
 

@@ -16,8 +16,9 @@ from torch import nn
 
 from pipelines import baselines, sparse_baselines
 from pipelines.dataset import Split
+from pipelines.inputs import Inputs
 from pipelines.models import Ranker, TwoTower
-from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
+from recserve_model.encoding import HISTORY_LEN, Encoder
 
 SCORED_CELLS = 50_000_000  # ranker candidates: users x items scores at once (200 MB)
 AFFINITY_BLEND = 10.0
@@ -36,45 +37,6 @@ class TrainConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass
-class Inputs:
-    """Encoded users and items, indexed by embedding row / user id."""
-
-    encoder: Encoder
-    item_features: np.ndarray  # [num_rows, I], row 0 (OOV) all zeros
-    user_features: dict[str, np.ndarray]  # user_id -> [U]
-    popularity: np.ndarray  # [num_rows] training interaction counts
-
-
-def build_spec(items: pd.DataFrame, users: pd.DataFrame, dim: int) -> EncodingSpec:
-    genres = sorted({g for gs in items["genres"] for g in gs})
-    return EncodingSpec(
-        item_ids=list(items["item_id"]),
-        genres=genres,
-        occupations=sorted(users["occupation"].unique()),
-        embedding_dim=dim,
-    )
-
-
-def encode_inputs(spec: EncodingSpec, tables: dict[str, pd.DataFrame]) -> Inputs:
-    encoder = Encoder(spec)
-    items = tables["item_profile"].merge(tables["item_stats"], on="item_id")
-    item_features = np.zeros((spec.num_rows, spec.item_dim), dtype=np.float32)
-    popularity = np.zeros(spec.num_rows, dtype=np.float64)
-    for row in items.itertuples():
-        r = encoder.row_of[row.item_id]
-        item_features[r] = encoder.item(row.year, row.popularity, row.mean_rating, row.genres)
-        popularity[r] = row.popularity
-    users = tables["user_profile"].merge(tables["user_activity"], on="user_id", how="left")
-    user_features = {
-        row.user_id: encoder.user(
-            row.age, row.gender, row.occupation, row.rating_count, row.mean_rating
-        )
-        for row in users.fillna({"rating_count": 0, "mean_rating": 0.0}).itertuples()
-    }
-    return Inputs(encoder, item_features, user_features, popularity)
 
 
 def histories_before_each(

@@ -60,6 +60,9 @@ def definitions(features_dir: Path) -> list[Any]:
             Field(name="age", dtype=Int64),
             Field(name="gender", dtype=String),
             Field(name="occupation", dtype=String),
+            # The declared attributes the models read (JSON of texts,
+            # recserve_model.attribute_features): any dataset's, one field.
+            Field(name="attributes", dtype=String),
         ],
         _source(features_dir, "user_profile"),
     )
@@ -81,6 +84,7 @@ def definitions(features_dir: Path) -> list[Any]:
             Field(name="title", dtype=String),
             Field(name="year", dtype=Int64),
             Field(name="genres", dtype=Array(String)),
+            Field(name="attributes", dtype=String),
         ],
         _source(features_dir, "item_profile"),
     )

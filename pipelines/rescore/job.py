@@ -39,6 +39,7 @@ USER_COLUMNS = [
     "mean_rating",
     "recent_item_ids",
     "seen_item_ids",
+    "attributes",
 ]
 
 
@@ -84,6 +85,8 @@ def users_frame(spark: SparkSession, features_dir: Path) -> DataFrame:
     activity = spark.read.parquet(str(features_dir / "user_activity.parquet"))
     joined = profile.join(activity.drop("event_timestamp"), "user_id", "left")
     empty = F.array().cast("array<string>")
+    # An artifact built before declared attributes has no such column.
+    attributes = F.col("attributes") if "attributes" in profile.columns else F.lit("{}")
     return joined.select(
         F.col("user_id").cast("string"),
         F.col("age").cast("double"),
@@ -93,6 +96,7 @@ def users_frame(spark: SparkSession, features_dir: Path) -> DataFrame:
         F.coalesce(F.col("mean_rating"), F.lit(0.0)).cast("double").alias("mean_rating"),
         F.coalesce(F.col("recent_item_ids"), empty).alias("recent_item_ids"),
         F.coalesce(F.col("seen_item_ids"), empty).alias("seen_item_ids"),
+        F.coalesce(attributes, F.lit("{}")).alias("attributes"),
     )
 
 

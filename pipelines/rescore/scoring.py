@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from recserve_model import artifacts
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
+from recserve_model.attribute_features import texts_from_json
 from recserve_model.encoding import OOV_ROW, Encoder, EncodingSpec
 
 RANKER_CHUNK = 8_192  # pairs per ONNX Runtime call (faster than larger chunks, measured)
@@ -79,9 +80,11 @@ def load_bundle(artifact_dir: str, ranking_model: str, inactive: tuple[str, ...]
     eligible[encoder.item_rows(list(inactive))] = False
     eligible[OOV_ROW] = False
     item_features = np.zeros((rows, spec.item_dim), dtype=np.float32)
-    for r in item_catalog(directory).itertuples():
+    catalog = item_catalog(directory)
+    texts = catalog["attributes"] if "attributes" in catalog else [""] * len(catalog)
+    for r, attributes in zip(catalog.itertuples(), texts, strict=True):
         item_features[encoder.row_of.get(r.item_id, OOV_ROW)] = encoder.item(
-            r.year, r.popularity, r.mean_rating, r.genres
+            r.year, r.popularity, r.mean_rating, r.genres, texts_from_json(attributes)
         )
     item_features[OOV_ROW] = 0.0
     vocabulary = ["", *spec.item_ids]
@@ -115,15 +118,17 @@ class ScoredBatch:
 
 def _user_inputs(bundle: ModelBundle, users: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     encoder = bundle.encoder
+    attributes = users["attributes"] if "attributes" in users else [""] * len(users)
     features = np.stack(
         [
-            encoder.user(a, g, o, c, m)
-            for a, g, o, c, m in zip(
+            encoder.user(a, g, o, c, m, texts_from_json(t))
+            for a, g, o, c, m, t in zip(
                 users["age"],
                 users["gender"],
                 users["occupation"],
                 users["rating_count"],
                 users["mean_rating"],
+                attributes,
                 strict=True,
             )
         ]

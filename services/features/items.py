@@ -17,6 +17,7 @@ from prometheus_client import Counter
 
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.validation import check_id
+from recserve_model.attribute_features import texts_from_json
 from services.features.catalogue import Catalogue
 from services.features.config import FeaturesSettings
 from services.features.records import ItemRecord, value_or
@@ -49,6 +50,7 @@ class ItemReader:
                 categories=tuple(value_or(rows["genres"], i, cast(tuple[str, ...], ()))),
                 popularity=int(value_or(rows["popularity"], i, 0)),
                 mean_rating=float(value_or(rows["mean_rating"], i, 0.0)),
+                attributes=texts_from_json(value_or(rows.get("attributes", []), i, "")),
             )
             for i, item_id in enumerate(item_ids)
         ]

@@ -3,7 +3,8 @@ typed records, and the conversion of Feast's values into them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar, cast
 
@@ -25,6 +26,7 @@ class UserRecord:
     seen_item_ids: tuple[str, ...] = ()
     precomputed_item_ids: tuple[str, ...] = ()
     precomputed_run_id: str = ""
+    attributes: Mapping[str, str] = field(default_factory=dict)  # declared, as text
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class ItemRecord:
     categories: tuple[str, ...] = ()
     popularity: int = 0
     mean_rating: float = 0.0
+    attributes: Mapping[str, str] = field(default_factory=dict)  # declared, as text
 
 
 @dataclass(frozen=True)

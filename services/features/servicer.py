@@ -27,6 +27,7 @@ def user_message(record: UserRecord) -> pb.UserFeatures:
         seen_item_ids=list(record.seen_item_ids),
         precomputed_item_ids=list(record.precomputed_item_ids),
         precomputed_run_id=record.precomputed_run_id,
+        attributes=record.attributes,
     )
 
 
@@ -39,6 +40,7 @@ def item_message(record: ItemRecord) -> pb.ItemFeatures:
         categories=list(record.categories),
         popularity=record.popularity,
         mean_rating=record.mean_rating,
+        attributes=record.attributes,
     )
 
 

@@ -18,6 +18,7 @@ from feast.protos.feast.types.Value_pb2 import Value
 
 from recserve_kit.validation import check_id
 from recserve_model import published
+from recserve_model.attribute_features import texts_from_json
 from services.features.config import FeaturesSettings
 from services.features.records import UserRecord, plain, value_or
 
@@ -84,6 +85,7 @@ class UserReader:
         live: dict[str, object] | None,
     ) -> list[UserRecord]:
         out = []
+        attributes = rows.get("attributes", [])  # none in a store written before the field
         for i, user_id in enumerate(user_ids):
             # Only rows of the live run: a slot being rewritten may hold another.
             own = live is not None and rows["run_id"][i] == live["run_id"]
@@ -108,6 +110,7 @@ class UserReader:
                     if own
                     else (),
                     precomputed_run_id=str(live["run_id"]) if own and live else "",
+                    attributes=texts_from_json(value_or(attributes, i, "")),
                 )
             )
         return out

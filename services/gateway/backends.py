@@ -234,4 +234,5 @@ def ranker_profile(user: fpb.UserFeatures) -> fpb.UserFeatures:
         rating_count=user.rating_count,
         mean_rating=user.mean_rating,
         recent_item_ids=user.recent_item_ids,
+        attributes=user.attributes,
     )

@@ -14,8 +14,8 @@ shadow-scored with the candidate after answering.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import numpy as np
@@ -52,6 +52,7 @@ class UserInput:
     mean_rating: float
     recent_item_ids: Sequence[str]
     user_id: str = ""  # which version a rollout serves this user
+    attributes: Mapping[str, str] = field(default_factory=dict)  # declared, as text
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class CandidateInput:
     mean_rating: float
     categories: Sequence[str]
     retrieval_score: float
+    attributes: Mapping[str, str] = field(default_factory=dict)  # declared, as text
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,12 @@ class ScoreQuery:
 
 def user_arrays(encoder: Encoder, user: UserInput) -> tuple[np.ndarray, np.ndarray]:
     features = encoder.user(
-        user.age, user.gender, user.occupation, user.rating_count, user.mean_rating
+        user.age,
+        user.gender,
+        user.occupation,
+        user.rating_count,
+        user.mean_rating,
+        user.attributes,
     )
     return features[None, :], encoder.history(user.recent_item_ids)[None, :]
 
@@ -172,7 +179,10 @@ class Ranker:
         encoder = loaded.encoder
         rows = encoder.item_rows([i.item_id for i in items])
         features = np.stack(
-            [encoder.item(i.year, i.popularity, i.mean_rating, i.categories) for i in items]
+            [
+                encoder.item(i.year, i.popularity, i.mean_rating, i.categories, i.attributes)
+                for i in items
+            ]
         )
         vectors = await self.triton.infer(
             self.settings.item_model,
@@ -187,11 +197,21 @@ class Ranker:
 
     def _with_live_stats(self, item: CandidateInput) -> CandidateInput:
         """A catalogue item sent without popularity and mean rating gets its
-        live ones, so an item upserted again unchanged keeps its vector."""
+        live ones, and its known declared attributes where it sends none of
+        that name (an upsert carries only the filterable ones), so an item
+        upserted again unchanged keeps its vector."""
         known = self.items.get(item.item_id)
-        if known is None or item.popularity or item.mean_rating:
+        if known is None:
             return item
-        return replace(item, popularity=known.popularity, mean_rating=known.mean_rating)
+        attributes = {**known.attributes, **item.attributes}
+        if item.popularity or item.mean_rating:
+            return replace(item, attributes=attributes)
+        return replace(
+            item,
+            popularity=known.popularity,
+            mean_rating=known.mean_rating,
+            attributes=attributes,
+        )
 
     def _check_count(self, n: int, field: str) -> None:
         if not n:
@@ -212,7 +232,10 @@ class Ranker:
         def features(loaded: Loaded) -> np.ndarray:
             item = loaded.encoder.item
             return np.stack(
-                [item(c.year, c.popularity, c.mean_rating, c.categories) for c in candidates]
+                [
+                    item(c.year, c.popularity, c.mean_rating, c.categories, c.attributes)
+                    for c in candidates
+                ]
             )
 
         query = ScoreQuery(

@@ -33,7 +33,7 @@ class EncodedItems:
             grown[: len(self.rows)] = self.rows
             self.rows = grown
         self.rows[slot] = self.encoder.item(
-            item.year, item.popularity, item.mean_rating, item.categories
+            item.year, item.popularity, item.mean_rating, item.categories, item.attributes
         )
 
 

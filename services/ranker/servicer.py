@@ -30,6 +30,7 @@ def to_user(message: features_pb2.UserFeatures) -> UserInput:
         message.mean_rating,
         list(message.recent_item_ids),
         message.user_id,
+        dict(message.attributes),
     )
 
 
@@ -44,6 +45,7 @@ def to_candidate(message: pb.Candidate, n: int, field: str = "candidates") -> Ca
         f.mean_rating,
         list(f.categories),
         message.retrieval_score,
+        dict(f.attributes),
     )
 
 

@@ -16,6 +16,7 @@ from recserve.ranker.v1 import ranker_pb2 as rpb
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_kit import transport
 from recserve_kit.errors import FailedPrecondition, Unavailable
+from recserve_model.attribute_features import stored_as_text
 from services.retriever.config import RetrieverSettings
 from services.retriever.store import ItemRecord
 
@@ -75,7 +76,13 @@ class ItemTower:
         assert self.channel is not None
         stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
         items = [
-            fpb.ItemFeatures(item_id=r.item_id, year=r.year, categories=r.categories, found=True)
+            fpb.ItemFeatures(
+                item_id=r.item_id,
+                year=r.year,
+                categories=r.categories,
+                found=True,
+                attributes=stored_as_text(r.attributes),
+            )
             for r in records
         ]
         request = rpb.EmbedItemsRequest(model_version=version, items=items)

@@ -11,15 +11,22 @@ import json
 
 import grpc
 import numpy as np
+import pandas as pd
 import pytest
 
+from bench.quality import compare
 from pipelines.build import build
 from pipelines.shop import ShopSize, write_shop
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
+from recserve.ranker.v1 import ranker_pb2 as rpb
+from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_data import load
 from recserve_model import artifacts
 from recserve_model import segments as segment
+from recserve_model.encoding import EncodingSpec
 from tests.helpers import full_answer, poll_until
 from tests.stack import running_stack
 
@@ -110,6 +117,46 @@ def test_a_new_shoppers_region_picks_their_list(shop):
             timeout=2,
         )
     assert raised.value.details().startswith('attributes.values["age"]')  # the shop has none
+
+
+def test_the_live_lists_equal_the_offline_ones_with_the_declared_attributes(shop):
+    """The towers and the ranker read brand, price and region; the live
+    stack's lists equal the offline evaluation's (within 1%) only if those
+    reach the ranker the way the build encoded them: each product's from
+    the features service's catalogue, each shopper's with their features."""
+    stack, _, _ = shop
+    result = compare(stack.envoy_address, stack.data_dir)
+    assert result["users"] > 250 and result["degraded_answers"] == 0
+    for metric, difference in result["relative_difference"].items():
+        assert abs(difference) <= 0.01, (metric, result["offline"], result["live"])
+    spec = EncodingSpec.load(artifacts.current(stack.data_dir) / "encoding.json")
+    assert [a["name"] for a in spec.user_attributes] == ["region"]
+
+
+def test_the_ranker_reads_the_declared_attributes_from_the_live_features(shop):
+    """A shopper's region comes with their features; each product's brand
+    and price reach the ranker's catalogue from the features service, so a
+    known product sent bare to the item tower is embedded as the build
+    indexed it, and under another brand it is not."""
+    stack, _, source = shop
+    shopper = a_shopper(source)
+    features = features_pb2_grpc.FeatureServiceStub(stack.internal_channel("features"))
+    user = features.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id=shopper), timeout=5).user
+    assert dict(user.attributes) == {
+        "region": source.users.set_index("user_id").loc[shopper, "region"]
+    }
+    indexed = pd.read_parquet(artifacts.current(stack.data_dir) / "item_vectors.parquet")
+    row = indexed.iloc[0]
+    ranker = ranker_pb2_grpc.RankerServiceStub(stack.internal_channel("ranker"))
+    bare = fpb.ItemFeatures(item_id=row["item_id"], categories=list(row["categories"]), found=True)
+    moved = fpb.ItemFeatures()
+    moved.CopyFrom(bare)
+    moved.attributes["brand"] = "another-brand"
+    moved.attributes["price"] = "99999"
+    reply = ranker.EmbedItems(rpb.EmbedItemsRequest(items=[bare, moved]), timeout=5)
+    own, other = np.frombuffer(reply.vectors_f32, "<f4").reshape(2, reply.dimension)
+    np.testing.assert_allclose(own, row["vector"], atol=1e-4)
+    assert np.abs(own - other).max() > 1e-3
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,8 @@ them, and holds the result to the same gate as every build."""
 
 import json
 
+import numpy as np
+import onnxruntime as ort
 import pandas as pd
 import pytest
 
@@ -15,7 +17,9 @@ from pipelines.dataset import artifact_dataset
 from pipelines.shop import ShopSize, write_shop
 from recserve_data import load
 from recserve_model import artifacts
+from recserve_model.attribute_features import as_text, texts_from_json
 from recserve_model.catalogue import CatalogueSchema
+from recserve_model.encoding import Encoder, EncodingSpec
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +119,49 @@ def test_an_operator_may_publish_over_the_gate_and_it_is_recorded(shop):
     (entry,) = [json.loads(line) for line in overrides.read_text().splitlines()]
     assert entry["version"] == directory.name and entry["failures"]
     assert all(" < " in failure for failure in entry["failures"])
+
+
+def test_the_towers_and_the_ranker_take_the_declared_attributes(shop):
+    """brand and price (items) and region (users) are inputs of every
+    model: fitted into encoding.json, stored with each item and user in the
+    features Feast serves, and a product's vector moves with its brand."""
+    dataset, _, directory, _, _ = shop
+    source = load(dataset)
+    spec = EncodingSpec.load(directory / "encoding.json")
+    assert [a["name"] for a in spec.item_attributes] == ["brand", "price"]
+    assert [a["name"] for a in spec.user_attributes] == ["region"]
+    brands = source.items["brand"].value_counts()
+    assert spec.item_attributes[0]["values"][:3] == list(brands.index[:3])
+    assert spec.item_dim == spec.category_end + spec.item_block.width
+    profile = pd.read_parquet(directory / "features" / "item_profile.parquet")
+    stored = dict(zip(profile["item_id"], profile["attributes"], strict=True))
+    item = source.items.iloc[0]
+    assert texts_from_json(stored[item["item_id"]]) == {
+        "brand": item["brand"],
+        "price": as_text("numeric", item["price"]),
+    }
+    users = pd.read_parquet(directory / "features" / "user_profile.parquet")
+    regions = dict(zip(source.users["user_id"], source.users["region"], strict=True))
+    assert all(
+        texts_from_json(a) == {"region": regions[u]}
+        for u, a in zip(users["user_id"], users["attributes"], strict=True)
+    )
+    # The exported item tower reads them: the same product under another brand
+    # (and price) gets another vector; under its own, the indexed one.
+    encoder = Encoder(spec)
+    texts = texts_from_json(stored[item["item_id"]])
+    other = {"brand": brands.index[-1], "price": "99999"}
+    stats = pd.read_parquet(directory / "features" / "item_stats.parquet").set_index("item_id")
+    row = stats.loc[item["item_id"]]
+    features = np.stack(
+        [
+            encoder.item(0, row["popularity"], row["mean_rating"], item["categories"], t)
+            for t in (texts, other)
+        ]
+    )
+    session = ort.InferenceSession(str(directory / "item_tower" / "model.onnx"))
+    ids = encoder.item_rows([item["item_id"]] * 2)[:, None]
+    own, moved = session.run(None, {"item_id": ids, "item_features": features})[0]
+    indexed = pd.read_parquet(directory / "item_vectors.parquet").set_index("item_id")
+    np.testing.assert_allclose(own, indexed.loc[item["item_id"], "vector"], atol=1e-5)
+    assert np.abs(own - moved).max() > 1e-3

@@ -17,12 +17,13 @@ from bench.output import console, write
 def ease_by_lambda(dataset_dir: Path | None, raw_dir: Path, lambdas: list[float]) -> dict:
     from pipelines import baselines, dataset
     from pipelines.evaluate import CUTOFFS, metrics_at
-    from pipelines.train import build_spec, seen_rows
+    from pipelines.inputs import build_spec
+    from pipelines.train import seen_rows
     from recserve_model.encoding import Encoder
 
     data = dataset.load_movielens(raw_dir, dataset_dir)
     split = dataset.temporal_split(data.interactions)
-    encoder = Encoder(build_spec(data.items, data.users, 8))
+    encoder = Encoder(build_spec(data, 8))
     seen = seen_rows(split.train, encoder)
     truth = seen_rows(split.test, encoder)
     users = sorted(truth)
