@@ -29,7 +29,6 @@ CUTOFFS = (10, 50, 100)
 RERANK_DEPTH = 200
 EVAL_USERS = 10_000  # held-out users evaluated; more are sampled down to this
 EVAL_SEED = 7
-BASELINE_RANK = 64  # the low-rank EASE baseline's (the ranker's affinity uses 32)
 
 
 def session(path: Path) -> ort.InferenceSession:
@@ -100,7 +99,7 @@ class BaselineScores:
         self.rows = sparse_baselines.interactions(train, encoder, users)
         self.knn = sparse_baselines.ItemKnn(everyone)
         lam = baselines.EASE_LAMBDA
-        self.factors = sparse_baselines.low_rank_ease(everyone, BASELINE_RANK, lam)
+        self.factors = sparse_baselines.low_rank_ease(everyone, sparse_baselines.BASELINE_RANK, lam)
 
     def of(self, i: int) -> dict[str, np.ndarray]:
         """User ``i``'s scores by baseline: [num_rows] float32 each, fresh."""

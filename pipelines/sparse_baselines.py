@@ -25,6 +25,7 @@ from recserve_model.encoding import Encoder
 DENSE_ITEMS = 20_000  # up to this many item rows, the dense EASE and item-kNN
 SVD_SEED = 7
 SCORED_USERS = 256  # users whose sparse baseline scores are computed at once
+BASELINE_RANK = 64  # the low-rank EASE baseline's (the ranker's affinity uses 32)
 
 
 def dense_ok(num_rows: int) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from scipy import sparse
 from scipy.stats import ks_2samp
 
 from pipelines.rescore.job import RunConfig
@@ -230,27 +231,40 @@ def ease_lists(
     inactive: set[str],
 ) -> dict[str, list[str]]:
     """EASE's top ``n`` for each holdout user from their seen items, the
-    strongest classic baseline (pipelines/baselines.py)."""
-    from pipelines.baselines import ease
+    strongest classic baseline (pipelines/baselines.py). Above DENSE_ITEMS
+    items, low-rank EASE in its place, as the build's gate
+    (pipelines/sparse_baselines.py): nothing items x items."""
+    from pipelines import sparse_baselines
+    from pipelines.baselines import EASE_LAMBDA, ease
 
     if not holdout or interactions.empty:
         return {}
     items = sorted(set(interactions["item_id"]))
     column = {item: j for j, item in enumerate(items)}
     by_user = interactions.groupby("user_id")["item_id"].agg(list)
-    matrix = np.zeros((len(by_user), len(items)), dtype=np.float32)
-    for i, seen in enumerate(by_user):
-        matrix[i, [column[item] for item in seen]] = 1.0
-    weights = ease(matrix)
+    rows = np.repeat(np.arange(len(by_user)), by_user.map(len).to_numpy())
+    columns = np.fromiter((column[i] for seen in by_user for i in seen), np.int64, len(rows))
+    matrix = sparse.csr_matrix(
+        (np.ones(len(rows), np.float32), (rows, columns)), shape=(len(by_user), len(items))
+    )
+    matrix.data[:] = 1.0  # a repeated (user, item) pair is one interaction
+    if sparse_baselines.dense_ok(len(items)):
+        history_side, item_side = ease(matrix.toarray()), None
+    else:
+        history_side, item_side = sparse_baselines.low_rank_ease(
+            matrix, sparse_baselines.BASELINE_RANK, EASE_LAMBDA
+        )
     blocked = np.array([item in inactive for item in items])
     seen_lists = users.set_index("user_id")["seen_item_ids"]
     out = {}
     for user in holdout:
         seen = [column[i] for i in seen_lists.get(user, []) if i in column]
-        scores = weights[seen].sum(0) if seen else np.zeros(len(items), np.float32)
+        scores = history_side[seen].sum(0) if seen else np.zeros(history_side.shape[1], np.float32)
+        if item_side is not None:
+            scores = item_side @ scores
         scores = np.where(blocked, -np.inf, scores)
         scores[seen] = -np.inf
-        out[user] = [items[j] for j in np.argsort(-scores, kind="stable")[:n]]
+        out[user] = [items[j] for j in sparse_baselines.top(scores, n)]
     return out
 
 

@@ -122,3 +122,31 @@ def test_large_catalogues_train_with_sparse_id_tables():
     dense = Ranker(rows, 8, 4, 16)
     only = optimizers(dense, lambda p: torch.optim.AdamW(p, lr=1e-3), 1e-3)
     assert len(only.optimizers) == 1  # small catalogues: the one optimizer, as before
+
+
+def test_the_nightly_gates_ease_lists_take_the_low_rank_form_on_large_catalogues(
+    matrix, monkeypatch
+):
+    """The nightly job's EASE reference: dense EASE up to DENSE_ITEMS items,
+    low-rank EASE above (nothing items x items); either way each list leaves
+    out what the user has seen and inactive items."""
+    from pipelines.rescore import gates
+
+    users = [f"u{n}" for n in range(400)]
+    rows, columns = np.nonzero(matrix)
+    interactions = pd.DataFrame(
+        {"user_id": [users[r] for r in rows], "item_id": [f"i{c}" for c in columns]}
+    )
+    seen = interactions.groupby("user_id")["item_id"].agg(list)
+    frame = pd.DataFrame({"user_id": seen.index, "seen_item_ids": list(seen)})
+    holdout = {u: set() for u in users[:50]}
+    inactive = {"i1", "i2"}
+    dense = gates.ease_lists(interactions, frame, holdout, 10, inactive)
+    monkeypatch.setattr(sparse_baselines, "DENSE_ITEMS", 100)
+    low = gates.ease_lists(interactions, frame, holdout, 10, inactive)
+    for user in holdout:
+        for lists in (dense, low):
+            assert len(lists[user]) == 10
+            assert not (set(lists[user]) & (set(seen[user]) | inactive))
+    overlap = np.mean([len(set(dense[u]) & set(low[u])) / 10 for u in holdout])
+    assert overlap > 0.2  # the low-rank form ranks much as dense EASE does
