@@ -36,33 +36,47 @@ def metrics_table(metrics: dict[str, dict[str, float]], title: str) -> Table:
     return table
 
 
+DatasetOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--dataset",
+        help="A dataset directory in the contract (docs/data.md); default: MovieLens-100K.",
+    ),
+]
+WithEventsOption = Annotated[
+    bool,
+    typer.Option(
+        "--with-events",
+        help="Also learn from the app events kept under DATA_DIR/events/app "
+        "(docs/events.md): retraining from what users did with the lists.",
+    ),
+]
+OverTheGateOption = Annotated[
+    bool,
+    typer.Option(
+        "--publish-over-the-gate",
+        help="Publish even if it loses to a baseline (recorded: artifacts/OVERRIDES.jsonl).",
+    ),
+]
+CandidateOption = Annotated[
+    bool,
+    typer.Option(
+        "--candidate",
+        help="Publish it to the Triton repository only, CURRENT unchanged: a candidate "
+        "for `recserve-stack rollout start VERSION`, current once promoted.",
+    ),
+]
+
+
 @app.command()
 def build(
     data_dir: Annotated[Path, typer.Option(help="Where raw data and artifacts live.")] = Path(
         "data"
     ),
-    dataset_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--dataset",
-            help="A dataset directory in the contract (docs/data.md); default: MovieLens-100K.",
-        ),
-    ] = None,
-    with_events: Annotated[
-        bool,
-        typer.Option(
-            "--with-events",
-            help="Also learn from the app events kept under DATA_DIR/events/app "
-            "(docs/events.md): retraining from what users did with the lists.",
-        ),
-    ] = False,
-    over_the_gate: Annotated[
-        bool,
-        typer.Option(
-            "--publish-over-the-gate",
-            help="Publish even if it loses to a baseline (recorded: artifacts/OVERRIDES.jsonl).",
-        ),
-    ] = False,
+    dataset_dir: DatasetOption = None,
+    with_events: WithEventsOption = False,
+    over_the_gate: OverTheGateOption = False,
+    candidate: CandidateOption = False,
 ) -> None:
     """Dataset -> validate -> training -> ONNX -> evaluation -> Triton repository
     (idempotent). A dataset that fails validation builds nothing; an artifact
@@ -79,6 +93,7 @@ def build(
             dataset_dir=dataset_dir,
             with_events=with_events,
             over_the_gate=over_the_gate,
+            candidate=candidate,
         )
     except InvalidDataset as refused:
         data_cli.print_report(refused.report, console)
@@ -96,6 +111,8 @@ def build(
         f"artifact {result.directory} ({'reused' if result.reused else 'built'}); "
         f"Triton versions {result.triton_versions}"
     )
+    if candidate:
+        console.print(f"a candidate: bin/recserve-stack rollout start {result.version}")
 
 
 @app.command()

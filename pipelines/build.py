@@ -273,6 +273,20 @@ def training_data(
     return logged_events.with_logged(data, logged), len(logged.rows)
 
 
+def publish(data_dir: Path, directory: Path, version: str, candidate: bool) -> dict[str, int]:
+    """Into the Triton repository, and CURRENT unless a candidate (which a
+    promoted rollout makes current, artifacts.promote); its Triton versions."""
+    triton_versions = triton_repo.generate(
+        data_dir / "triton" / "repository",
+        directory,
+        version,
+        frozenset(rollout_state.protected_versions(data_dir)),
+    )
+    if not candidate:
+        artifacts.set_current(data_dir, version)
+    return triton_versions
+
+
 def build(
     data_dir: Path,
     config: TrainConfig | None = None,
@@ -280,10 +294,13 @@ def build(
     dataset_dir: Path | None = None,
     with_events: bool = False,
     over_the_gate: bool = False,
+    candidate: bool = False,
 ) -> BuildResult:
     """Builds (or reuses) the artifact and publishes it to the Triton
     repository and CURRENT, unless its served lists lose to a baseline.
     ``with_events``: the kept app events join in (pipelines.logged_events).
+    ``candidate``: the Triton repository only, for a rollout (CURRENT moves
+    when it is promoted, artifacts.promote).
 
     The dataset (default: MovieLens-100K, imported into the raw directory
     once) is validated first: one that fails (``InvalidDataset``) or that the
@@ -322,11 +339,5 @@ def build(
         )
         staging.rename(directory)
     pass_the_gate(root, version, metrics, over_the_gate, console)
-    triton_versions = triton_repo.generate(
-        data_dir / "triton" / "repository",
-        directory,
-        version,
-        frozenset(rollout_state.protected_versions(data_dir)),
-    )
-    artifacts.set_current(data_dir, version)
+    triton_versions = publish(data_dir, directory, version, candidate)
     return BuildResult(version, directory, reused, metrics, triton_versions)

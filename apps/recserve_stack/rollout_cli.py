@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,8 @@ from rich.table import Table
 
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
+from recserve.retriever.v1 import retriever_pb2 as qpb
+from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_cli import console as cli_console
 from recserve_delivery import state as rollout_state
 from recserve_delivery.experiment import experiment_report
@@ -29,16 +32,45 @@ console = cli_console()
 WAIT_POLL_S = 1.0  # `rollout wait` asks the ranker this often (the judge looks once a second)
 
 
-def call(method: str, request: Message, settings: StackSettings | None = None) -> pb.RolloutStatus:
-    """RankerService/<method> through Envoy, as the admin (raises grpc.RpcError)."""
+@contextmanager
+def admin_channel(
+    settings: StackSettings | None = None,
+) -> Iterator[tuple[grpc.Channel, list[tuple[str, str]]]]:
+    """A channel to Envoy and the admin token's metadata."""
     settings = settings or load_settings(StackSettings)
     token = (settings.data_dir / "auth" / "admin.token").read_text().strip()
-    metadata = [("authorization", f"Bearer {token}")]
     with grpc.insecure_channel(f"{settings.host}:{settings.envoy_port}") as channel:
+        yield channel, [("authorization", f"Bearer {token}")]
+
+
+def call(method: str, request: Message, settings: StackSettings | None = None) -> pb.RolloutStatus:
+    """RankerService/<method> through Envoy, as the admin (raises grpc.RpcError)."""
+    with admin_channel(settings) as (channel, metadata):
         stub = ranker_pb2_grpc.RankerServiceStub(channel)
         reply = getattr(stub, method)(request, metadata=metadata, timeout=120)
     status: pb.RolloutStatus = reply.status
     return status
+
+
+def prepare_items(
+    version: str, timeout_s: float, settings: StackSettings | None = None
+) -> qpb.PrepareModelVersionResponse:
+    """RetrieverService/PrepareModelVersion through Envoy until READY: a
+    version with item vectors of its own gets its generation before any user
+    is moved to it (raises grpc.RpcError, TimeoutError)."""
+    request = qpb.PrepareModelVersionRequest(model_version=version)
+    deadline = time.monotonic() + timeout_s
+    with admin_channel(settings) as (channel, metadata):
+        stub = retriever_pb2_grpc.RetrieverServiceStub(channel)
+        while True:
+            reply: qpb.PrepareModelVersionResponse = stub.PrepareModelVersion(
+                request, metadata=metadata, timeout=30
+            )
+            if reply.state == qpb.PREPARE_STATE_READY:
+                return reply
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the retriever is still preparing {version}")
+            time.sleep(WAIT_POLL_S)
 
 
 def _call(method: str, request: Message) -> pb.RolloutStatus:
@@ -123,8 +155,22 @@ def start(
             "instead of a rollout: never promoted by the judge; `rollout report` at the end.",
         ),
     ] = 0,
+    prepare_timeout_s: Annotated[
+        float, typer.Option(min=1, help="Longest wait for the retriever to ready its items.")
+    ] = 1800.0,
 ) -> None:
-    """Start moving users to VERSION (or an A/B experiment of it)."""
+    """Start moving users to VERSION (or an A/B experiment of it), once the
+    retriever has VERSION's items (its own generation, for a retrained model)."""
+    try:
+        prepared = prepare_items(version, prepare_timeout_s)
+    except grpc.RpcError as exc:
+        console.print(f"[red]{exc.code().name}[/]: {exc.details()}")
+        sys.exit(1)
+    except TimeoutError as exc:
+        console.print(f"[red]{exc}[/]")
+        sys.exit(1)
+    if prepared.own_generation:
+        console.print(f"{version}'s items: generation {prepared.generation}, ready")
     request = pb.StartRolloutRequest(
         version=version,
         steps_percent=[float(s) for s in steps.split(",") if s.strip()],

@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from recserve_delivery.outcomes import Cell, compare, required_lists
+from recserve_model import artifacts
 
 Status = Literal["idle", "running", "paused", "promoted", "rolled_back", "aborted", "concluded"]
 ACTIVE: frozenset[str] = frozenset({"running", "paused"})
@@ -119,14 +120,17 @@ def save(data_dir: Path, state: RolloutState, name: str = "ranker") -> None:
 
 
 def protected_versions(data_dir: Path) -> set[str]:
-    """Artifact versions the ranker serves or may switch to: never deleted."""
+    """Artifact versions the ranker serves or may switch to: never deleted
+    (the current artifact's too: a candidate built beside it is newer)."""
+    pointer = artifacts.artifacts_root(data_dir) / "CURRENT"
+    current = {pointer.read_text().strip()} if pointer.exists() else set()
     try:
         state = load(data_dir)
     except RolloutStateError:
-        return set()
+        return current
     if state is None:
-        return set()
-    return {v for v in (state.stable, state.candidate if state.active else "") if v}
+        return current
+    return current | {v for v in (state.stable, state.candidate if state.active else "") if v}
 
 
 # -- the judge -------------------------------------------------------------------

@@ -86,3 +86,21 @@ def current(data_dir: Path) -> Path:
     directory = artifacts_root(data_dir) / pointer.read_text().strip()
     verify(directory)
     return directory
+
+
+def promote(data_dir: Path, version: str) -> bool:
+    """A promoted rollout's version becomes CURRENT when it is an artifact of
+    its own (a retrained model: the features, the retriever and the gateways
+    then follow it); a rehearsal copy, a link to the current artifact's
+    files, leaves CURRENT as it is. Whether CURRENT moved. (Its files were
+    verified when the ranker loaded it; every reader of CURRENT verifies.)"""
+    root = artifacts_root(data_dir)
+    directory = root / version
+    pointer = root / "CURRENT"
+    if not directory.is_dir() or not pointer.exists():
+        return False
+    serving = root / pointer.read_text().strip()
+    if directory.resolve() == serving.resolve():
+        return False
+    set_current(data_dir, version)
+    return True

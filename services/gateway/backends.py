@@ -88,7 +88,7 @@ class Backends:
         """The user's vector: from the cache when this profile was embedded by
         the model version in use, else from the ranker (and cached)."""
         key = UserVectors.key(profile)
-        cached = self.user_vectors.get(key)
+        cached = self.user_vectors.get(key, profile.user_id)
         if cached is not None:
             stages.cached("embed")
             return Embedded(*cached)
@@ -100,28 +100,32 @@ class Backends:
                 rpb.EmbedUserRequest(user=profile), timeout=t, metadata=outbound_metadata()
             ),
         )
+        self.user_vectors.learn_split(reply.split)
         self.user_vectors.put(key, reply.vector_f32, reply.model_version)
         return Embedded(reply.vector_f32, reply.model_version)
 
     async def search(
         self,
         stages: Stages,
-        vector_f32: bytes,
+        embedded: Embedded,
         categories: Sequence[str],
         exclude: Sequence[str],
         attributes: Sequence[AttributeFilter] = (),
     ) -> tuple[list[str], np.ndarray]:
-        """Candidates for a user vector: ids and retrieval scores, in columns."""
+        """Candidates for a user vector: ids and retrieval scores, in columns,
+        from the generation of the model version that computed the vector (a
+        retrained model rolled out has its own, PrepareModelVersion)."""
         reply = await stages.run(
             "retrieve",
             "RETRIEVER",
             self.settings.retrieve_ms,
             lambda t: self.retriever.Search(
                 qpb.SearchRequest(
-                    vector_f32=vector_f32,
+                    vector_f32=embedded.vector_f32,
                     k=self.settings.candidates,
                     filter=search_filter(categories, exclude, attributes),
                     columns=True,
+                    model_version=embedded.model_version,
                 ),
                 timeout=t,
                 metadata=outbound_metadata(),
@@ -184,6 +188,7 @@ class Backends:
         )
         if not version:  # a comparison's version says nothing of the user's
             self.user_vectors.saw_version(reply.model_version, profile, embedded.model_version)
+            self.user_vectors.learn_split(reply.split)
         affinity = np.asarray(reply.affinity, dtype=np.float32) if explain else None
         return Ranked(np.asarray(reply.scores, dtype=np.float32), reply.model_version, affinity)
 

@@ -41,7 +41,7 @@ class Flows:
             exclude = list(query.exclude_item_ids)
             exclude += seen[: max(0, RETRIEVER_EXCLUDE_LIMIT - len(exclude))]
             ids, scores = await self.backends.search(
-                stages, embedded.vector_f32, query.categories, exclude, query.attribute_filters
+                stages, embedded, query.categories, exclude, query.attribute_filters
             )
         except StageFailed as failure:
             known = Known(user, seen)

@@ -2,15 +2,18 @@
 
 The user tower is a pure function of the user's profile (the features it
 reads, recent items included) and the model version. Whatever changes a
-user (a push of new activity) changes the key, so an entry is never stale.
-Entries of the two model versions the ranker answered with last are used
-(during a rollout users are on either); an older version's are misses, and
-an entry the ranker scored with another version (the user moved to the
-candidate) is dropped, so the next request embeds with the right one. The
-ranker never mixes versions whatever the cache holds. A hit saves the whole
-embed stage: one call to the ranker and one to Triton (about 2 ms of CPU and
-2.5 ms of latency on two cores, docs/benchmarks.md). Bounded, least recently
-used out first; ``size`` 0 turns it off.
+user (a push of new activity) changes the key, so an entry is never stale
+for its version. An entry is used only when its version is the one its
+user is on: the ranker's answers say which (``VersionSplit``: the stable
+version, and during a rollout the candidate for users below its share), so
+a user moved to a candidate with item vectors of its own is embedded by
+it and retrieved from its items, never the stable's. Before any answer has
+said, entries of the two versions the ranker answered with last are used;
+an entry the ranker scored with another version is dropped either way, and
+the ranker never mixes versions whatever the cache holds. A hit saves the
+whole embed stage: one call to the ranker and one to Triton (about 2 ms of
+CPU and 2.5 ms of latency on two cores, docs/benchmarks.md). Bounded, least
+recently used out first; ``size`` 0 turns it off.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from collections import OrderedDict, deque
 from prometheus_client import Counter
 
 from recserve.features.v1 import features_pb2 as fpb
+from recserve.ranker.v1 import ranker_pb2 as rpb
+from recserve_delivery.rollout import user_position
 
 LOOKUPS = Counter(
     "recserve_gateway_user_vector_cache_total", "User-vector cache lookups.", ["result"]
@@ -33,17 +38,28 @@ class UserVectors:
         self._entries: OrderedDict[bytes, tuple[bytes, str]] = OrderedDict()
         # The model versions the ranker answered with last (two: a rollout's).
         self.versions: deque[str] = deque(maxlen=2)
+        # (stable, candidate, candidate's share %) as the ranker last said.
+        self.split: tuple[str, str, float] | None = None
 
     @staticmethod
     def key(profile: fpb.UserFeatures) -> bytes:
         return profile.SerializeToString(deterministic=True)
 
-    def get(self, key: bytes) -> tuple[bytes, str] | None:
+    def version_of(self, user_id: str) -> str | None:
+        """The version this user is on, as far as the ranker has said."""
+        if self.split is None:
+            return None
+        stable, candidate, share = self.split
+        return candidate if candidate and user_position(user_id) < share else stable
+
+    def get(self, key: bytes, user_id: str = "") -> tuple[bytes, str] | None:
         """(vector_f32, model version) when cached for the version in use."""
         if not self.size:
             return None
         found = self._entries.get(key)
-        if found is None or found[1] not in self.versions:
+        wanted = self.version_of(user_id)
+        usable = found is not None and (found[1] == wanted if wanted else found[1] in self.versions)
+        if not usable:
             MISS.inc()
             return None
         self._entries.move_to_end(key)
@@ -58,6 +74,15 @@ class UserVectors:
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
+
+    def learn_split(self, split: rpb.VersionSplit) -> None:
+        """Which version each user is on, from a ranker's answer."""
+        if split.stable_version:
+            self.split = (
+                split.stable_version,
+                split.candidate_version,
+                split.candidate_share_percent,
+            )
 
     def saw_version(
         self, version: str, profile: fpb.UserFeatures | None = None, embedded_with: str = ""

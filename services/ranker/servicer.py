@@ -64,7 +64,10 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         )
         trace.get_current_span().set_attribute(attr.MODEL_VERSION, version)
         return pb.EmbedUserResponse(
-            vector=vector.tolist(), model_version=version, vector_f32=vector.tobytes()
+            vector=vector.tolist(),
+            model_version=version,
+            vector_f32=vector.tobytes(),
+            split=split_message(self.ranker),
         )
 
     async def EmbedItems(
@@ -94,7 +97,7 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         scored = await self.ranker.score(
             to_user(request.user), candidates, list(request.user_vector), self._timeout(context)
         )
-        return score_response(scored)
+        return score_response(scored, self.ranker)
 
     async def GetModelInfo(
         self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext
@@ -166,16 +169,24 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             explain=request.explain,
             version=request.version,
         )
-        return score_response(scored)
+        return score_response(scored, self.ranker)
 
 
-def score_response(scored: Scored) -> pb.ScoreResponse:
+def split_message(ranker: Ranker) -> pb.VersionSplit:
+    stable, candidate, share = ranker.models.split()
+    return pb.VersionSplit(
+        stable_version=stable, candidate_version=candidate, candidate_share_percent=share
+    )
+
+
+def score_response(scored: Scored, ranker: Ranker) -> pb.ScoreResponse:
     trace.get_current_span().set_attribute(attr.MODEL_VERSION, scored.model_version)
     return pb.ScoreResponse(
         scores=scored.scores.tolist(),
         model_version=scored.model_version,
         unknown_item_count=scored.unknown_items,
         affinity=[] if scored.affinity is None else scored.affinity.tolist(),
+        split=split_message(ranker),
     )
 
 

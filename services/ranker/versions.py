@@ -85,6 +85,15 @@ class ModelVersions:
             return stable
         return self.versions.get(rollout.version_for(user_id), stable)
 
+    def split(self) -> tuple[str, str, float]:
+        """(stable, candidate, the candidate's share in percent) now: which
+        version each user is on (``for_user``); no candidate outside a rollout."""
+        rollout = self.rollout
+        stable = self.loaded.version if self.loaded is not None else ""
+        if rollout is None or not rollout.state.active:
+            return stable, "", 0.0
+        return stable, rollout.state.candidate, rollout.state.share_percent
+
     def loaded_version(self, version: str) -> Loaded:
         """A version loaded in Triton now, by name (a debug comparison)."""
         loaded = self.versions.get(version)
@@ -116,11 +125,16 @@ class ModelVersions:
         item = read_versions(self.settings, self.settings.item_model).get(version)
         return Loaded(version, user[version], ranking[version], Encoder(spec), affinity, item)
 
-    def _newest_version(self) -> str:
+    def _default_stable(self) -> str:
+        """The current artifact's version when the repository holds it (a
+        candidate built beside it is newer, and waits for its rollout); else
+        the newest."""
         ranking = read_versions(self.settings, self.settings.ranking_model)
         if not ranking:
             raise FailedPrecondition("the Triton repository holds no ranking model")
-        return max(ranking, key=lambda v: ranking[v])
+        pointer = artifacts.artifacts_root(self.settings.data_dir) / "CURRENT"
+        current = pointer.read_text().strip() if pointer.exists() else ""
+        return current if current in ranking else max(ranking, key=lambda v: ranking[v])
 
     async def models_ready(self) -> bool:
         """Health: Triton answers and both models of the pinned version are ready."""
@@ -160,7 +174,7 @@ class ModelVersions:
         async with self._load_lock:
             persisted = rollout_state.load(self.settings.data_dir)
             ranking = read_versions(self.settings, self.settings.ranking_model)
-            stable = self._newest_version()
+            stable = self._default_stable()
             if persisted is not None and persisted.stable in ranking:
                 stable = persisted.stable
             self.loaded = await self._prepare(stable)
@@ -243,12 +257,17 @@ class ModelVersions:
         return rollout
 
     def _follow_stable(self) -> None:
-        """A promotion past the last step makes the candidate the stable pin."""
+        """A promotion past the last step makes the candidate the stable pin,
+        and, a retrained model, the current artifact (artifacts.promote)."""
         rollout = self.rollout
         if rollout is not None and self.loaded is not None:
             stable = rollout.state.stable
             if stable != self.loaded.version and stable in self.versions:
                 self.loaded = self.versions[stable]
+                if rollout.state.status == "promoted" and artifacts.promote(
+                    self.settings.data_dir, stable
+                ):
+                    log.info("promoted artifact is current", extra={"fields": {"version": stable}})
 
     async def judge_forever(self) -> None:
         """The rollout judge: once per interval while a rollout is active."""

@@ -6,6 +6,11 @@ builds the next generation in a worker thread while journaling the writes
 that arrive meanwhile, replays them into the new generation under the write
 lock, then swaps ``self.current``. No search ever sees a half-built or empty
 collection, and no acknowledged write is lost by the switch.
+
+A retrained model has item vectors of its own: before its rollout its
+version is prepared (``prepared.py``), a second generation that searches
+naming that version use and every write goes to as well; the promotion
+makes it current without a rebuild, a rollback drops it.
 """
 
 from __future__ import annotations
@@ -15,13 +20,10 @@ import dataclasses
 import json
 import logging
 import math
-import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound
 from recserve_kit.validation import check_id
@@ -29,95 +31,11 @@ from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
 from services.retriever.checks import ItemInput, check_filter, check_item, check_vector
 from services.retriever.config import RetrieverSettings
+from services.retriever.generations import LOAD_BATCH, Generations, Recorded, Write, read_items
+from services.retriever.prepared import Prepared, Preparer, items_digest
 from services.retriever.store import ItemRecord, SearchFilter, StoreInfo, VectorStore
 
 log = logging.getLogger(__name__)
-
-LOAD_BATCH = 2000
-
-
-@dataclass
-class Write:
-    """A journaled write, replayed into a generation being built."""
-
-    kind: str  # "upsert" | "soft" | "hard"
-    items: Sequence[ItemRecord] = ()
-    ids: Sequence[str] = ()
-
-    def apply(self, store: VectorStore) -> int:
-        if self.kind == "upsert":
-            store.upsert(self.items)
-            return len(self.items)
-        if self.kind == "soft":
-            return store.soft_delete(self.ids)
-        return store.hard_delete(self.ids)
-
-
-class Generations:
-    """Creates, opens, publishes and removes generations of one backend.
-
-    The current generation and the artifact it came from are recorded in
-    ``state.json`` (written atomically), next to the Edge shards.
-    """
-
-    def __init__(
-        self,
-        state_dir: Path,
-        create: Callable[[str, int], VectorStore],
-        open_: Callable[[str, int], VectorStore],
-        publish: Callable[[VectorStore], None] = lambda store: None,
-    ) -> None:
-        self.state_dir = state_dir
-        self.create = create
-        self.open = open_
-        self.publish_hook = publish
-        state_dir.mkdir(parents=True, exist_ok=True)
-
-    @property
-    def state_path(self) -> Path:
-        return self.state_dir / "state.json"
-
-    def state(self) -> dict[str, object]:
-        if not self.state_path.exists():
-            return {}
-        return dict(json.loads(self.state_path.read_text()))
-
-    def next_name(self) -> str:
-        last = str(self.state().get("generation", "g0000"))
-        return f"g{int(last[1:]) + 1:04d}"
-
-    def publish(self, store: VectorStore, artifact_version: str, schema: CatalogueSchema) -> None:
-        self.publish_hook(store)
-        state = {
-            "generation": store.generation,
-            "dimension": store.dimension,
-            "artifact_version": artifact_version,
-            "filterable": dict(schema.attributes),
-        }
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.state_path)
-
-
-def read_items(path: Path) -> tuple[list[ItemRecord], int]:
-    """The artifact's items; ``attributes`` (JSON, already in payload form)
-    is absent from artifacts built before the catalogue schema."""
-    table = pq.read_table(path).to_pydict()
-    vectors = np.asarray(table["vector"], dtype=np.float32)
-    attributes = [json.loads(a) for a in table.get("attributes", [])] or [{}] * len(vectors)
-    records = [
-        ItemRecord(
-            item_id=str(table["item_id"][i]),
-            vector=vectors[i],
-            categories=tuple(table["categories"][i] or ()),
-            active=bool(table["active"][i]),
-            title=str(table["title"][i] or ""),
-            year=int(table["year"][i] or 0),
-            attributes=attributes[i],
-        )
-        for i in range(len(vectors))
-    ]
-    return records, int(vectors.shape[1])
 
 
 class Retriever:
@@ -127,9 +45,14 @@ class Retriever:
         self.current: VectorStore | None = None
         self.schema = CatalogueSchema({})
         self.artifact_version = ""
+        self.items_sha256 = ""  # the current generation's vector space
+        self.prepared: Prepared | None = None  # a retrained model's generation, while held
         self._write_lock = asyncio.Lock()
         self._refresh_lock = asyncio.Lock()
-        self._journal: list[Write] | None = None
+        # Generations being built, by the model version they are for: writes
+        # meanwhile are journaled and replayed before they serve.
+        self._journals: list[tuple[str, list[Write]]] = []
+        self.preparer = Preparer(self)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -137,9 +60,21 @@ class Retriever:
         state = self.generations.state()
         if "generation" not in state:
             return False
-        self.current = self.generations.open(str(state["generation"]), int(str(state["dimension"])))
-        self.artifact_version = str(state.get("artifact_version", ""))
+        recorded = Recorded.of(state)
+        self.current = self.generations.open(recorded.generation, recorded.dimension)
+        self.artifact_version = recorded.artifact_version
+        self.items_sha256 = recorded.items_sha256
         self.schema = CatalogueSchema(dict(state.get("filterable", {})))  # type: ignore[call-overload]
+        prepared = self.generations.prepared()
+        if prepared is not None:
+            store = self.generations.open(prepared.generation, prepared.dimension)
+            self.prepared = Prepared(
+                prepared.artifact_version,
+                prepared.items_sha256,
+                prepared.dimension,
+                store,
+                prepared.at,
+            )
         return True
 
     @property
@@ -151,8 +86,23 @@ class Retriever:
             raise FailedPrecondition("no item collection loaded yet")
         return self.current
 
+    def _store_for(self, model_version: str) -> VectorStore:
+        """The prepared version's generation for its own vectors, else the current."""
+        prepared = self.prepared
+        if (
+            model_version
+            and prepared is not None
+            and prepared.version == model_version
+            and prepared.store is not None
+        ):
+            return prepared.store
+        return self._store()
+
     async def refresh_from_artifacts(self) -> bool:
-        """Loads the current model artifact's items if it is not the one served."""
+        """Serves the current model artifact's items if they are not served:
+        a new generation, or the prepared one when the artifact is the
+        prepared version (a promoted rollout), or the same generation when
+        its item vectors are the current's (a copy of it)."""
         pointer = artifacts.artifacts_root(self.settings.data_dir) / "CURRENT"
         if not pointer.exists():
             return False
@@ -161,36 +111,85 @@ class Retriever:
             return False
         directory = await asyncio.to_thread(artifacts.current, self.settings.data_dir)
         schema = CatalogueSchema.load(directory)
-        await self.refresh(directory / "item_vectors.parquet", version, schema)
+        manifest = json.loads((directory / artifacts.MANIFEST).read_text())  # verified
+        digest = items_digest(manifest)
+        async with self._write_lock:
+            store = self._adoptable(version, digest)
+            if store is not None:
+                self._switch(store, version, schema, digest)
+                return True
+        await self.refresh(directory / "item_vectors.parquet", version, schema, digest)
         return True
 
+    def _adoptable(self, version: str, digest: str) -> VectorStore | None:
+        """A generation that already holds ``version``'s items, if any."""
+        if self.current is not None and digest and digest == self.items_sha256:
+            return self.current
+        prepared = self.prepared
+        if prepared is not None and prepared.store is not None and prepared.version == version:
+            self.prepared = None
+            return prepared.store
+        return None
+
+    def _switch(
+        self, store: VectorStore, version: str, schema: CatalogueSchema, digest: str
+    ) -> None:
+        """``store`` serves from now on (under the write lock); the old one goes."""
+        old, self.current = self.current, store
+        self.generations.publish(store, version, schema, digest)
+        self.artifact_version, self.schema, self.items_sha256 = version, schema, digest
+        if old is not None and old is not store:
+            old.close()
+            old.drop()
+        log.info(
+            "switched generation",
+            extra={"fields": {"generation": store.generation, "artifact": version}},
+        )
+
     async def refresh(
-        self, items_path: Path, artifact_version: str, schema: CatalogueSchema
+        self,
+        items_path: Path,
+        artifact_version: str,
+        schema: CatalogueSchema,
+        items_sha256: str = "",
     ) -> str:
         async with self._refresh_lock:
-            name = self.generations.next_name()
-            self._journal = []
-            try:
-                store = await asyncio.to_thread(self._build, name, items_path, schema)
-            except BaseException:
-                self._journal = None
-                raise
-            async with self._write_lock:
-                for write in self._journal:
-                    write.apply(store)
-                self._journal = None
-                old, self.current = self.current, store
-                self.generations.publish(store, artifact_version, schema)
-                self.artifact_version = artifact_version
-                self.schema = schema
-            if old is not None:
-                old.close()
-                old.drop()
-            log.info(
-                "switched generation",
-                extra={"fields": {"generation": name, "artifact": artifact_version}},
+            store = await self.build_journaled(
+                artifact_version,
+                items_path,
+                schema,
+                lambda built: self._switch(built, artifact_version, schema, items_sha256),
             )
-            return name
+            return store.generation
+
+    async def build_journaled(
+        self,
+        version: str,
+        items_path: Path,
+        schema: CatalogueSchema,
+        install: Callable[[VectorStore], None],
+    ) -> VectorStore:
+        """A new generation of ``version``'s items (the caller holds the
+        refresh lock). Writes that arrive while it is built are journaled;
+        under the write lock they are replayed into it and ``install`` puts
+        it in service, so no acknowledged write misses it."""
+        name = self.generations.next_name()
+        journal: list[Write] = []
+        entry = (version, journal)
+        self._journals.append(entry)
+        try:
+            store = await asyncio.to_thread(self._build, name, items_path, schema)
+        except BaseException:
+            self._journals.remove(entry)
+            raise
+        async with self._write_lock:
+            try:
+                for write in journal:
+                    write.apply(store, version)
+            finally:
+                self._journals.remove(entry)
+            install(store)
+        return store
 
     def _build(self, name: str, items_path: Path, schema: CatalogueSchema) -> VectorStore:
         records, dimension = read_items(items_path)
@@ -208,8 +207,13 @@ class Retriever:
         return store
 
     def close(self) -> None:
-        if self.current is not None:
-            self.current.close()
+        """Closes the stores (once: a second call does nothing)."""
+        current, self.current = self.current, None
+        if current is not None:
+            current.close()
+        prepared, self.prepared = self.prepared, None
+        if prepared is not None and prepared.store is not None:
+            prepared.store.close()
 
     # -- reads ---------------------------------------------------------------
 
@@ -230,8 +234,9 @@ class Retriever:
         flt: SearchFilter,
         ef: int = 0,
         field: str = "vector",
+        model_version: str = "",
     ) -> tuple[list[tuple[str, float]], str]:
-        store = self._store()
+        store = self._store_for(model_version)
         query = check_vector(vector, store.dimension, field)
         if not math.isfinite(float(np.linalg.norm(query))) or not query.any():
             raise InvalidArgument(field, "must not be all zeros")
@@ -289,15 +294,30 @@ class Retriever:
             records.append(check_item(item, f"items[{n}]", store.dimension, self.schema))
         return records
 
+    def spaces(self) -> list[tuple[str, int]]:
+        """(model version, dimension) of every generation a write goes to:
+        the current one, and the prepared version's (ready or being built);
+        an upsert's items without a vector are embedded once for each."""
+        out = [(self.artifact_version, self._store().dimension)]
+        prepared = self.prepared
+        if prepared is not None and prepared.version != self.artifact_version:
+            out.append((prepared.version, prepared.dimension))
+        return out
+
     async def _write(self, write: Write) -> int:
         async with self._write_lock:
-            count = write.apply(self._store())
-            if self._journal is not None:
-                self._journal.append(write)
+            count = write.apply(self._store(), self.artifact_version)
+            prepared = self.prepared
+            if prepared is not None and prepared.store is not None:
+                write.apply(prepared.store, prepared.version)
+            for _, journal in self._journals:
+                journal.append(write)
             return count
 
-    async def upsert(self, records: Sequence[ItemRecord]) -> int:
-        return await self._write(Write("upsert", items=records))
+    async def upsert(self, by_version: Mapping[str, Sequence[ItemRecord]]) -> int:
+        """Items as each generation's model version has them (``spaces``)."""
+        items = by_version.get(self.artifact_version) or next(iter(by_version.values()))
+        return await self._write(Write("upsert", items=items, by_version=dict(by_version)))
 
     async def delete(self, item_ids: Sequence[str], hard: bool) -> int:
         if not item_ids:

@@ -58,19 +58,21 @@ async def create_server(settings: RetrieverSettings) -> Service:
             Registration(
                 RetrieverServicer(retriever, item_tower),
                 SERVICE_NAME,
-                admin_methods=frozenset({"UpsertItems", "DeleteItems"}),
+                admin_methods=frozenset({"UpsertItems", "DeleteItems", "PrepareModelVersion"}),
             )
         ],
         probes=[DependencyProbe("collection", collection_loaded, interval_s=0.2)],
     )
 
     async def watch_artifacts() -> None:
-        # Picks up a newly published artifact (and bootstraps an empty store).
+        # Picks up a newly published artifact (and bootstraps an empty store),
+        # and drops a prepared model version whose rollout ended unpromoted.
         while True:
             try:
                 await retriever.refresh_from_artifacts()
             except Exception:
                 log.exception("bulk refresh failed; still serving the previous generation")
+            await retriever.preparer.follow_rollout()
             if not settings.refresh_interval_s:
                 return
             await asyncio.sleep(settings.refresh_interval_s)

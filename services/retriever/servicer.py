@@ -78,6 +78,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
             to_filter(request.filter),
             request.ef,
             field="vector_f32" if packed else "vector",
+            model_version=request.model_version,
         )
         if not request.columns:
             return pb.SearchResponse(items=scored(hits), generation=generation)
@@ -100,10 +101,12 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
     ) -> pb.UpsertItemsResponse:
         retriever = self.retriever
         records = retriever.to_records([to_input(i) for i in request.items])
-        records = await self.item_tower.complete(
-            records, retriever.artifact_version, retriever.dimension
-        )
-        return pb.UpsertItemsResponse(upserted=await retriever.upsert(records))
+        # Every item embedded for each generation before any is written: all or nothing.
+        by_version = {
+            version: await self.item_tower.complete(records, version, dimension)
+            for version, dimension in retriever.spaces()
+        }
+        return pb.UpsertItemsResponse(upserted=await retriever.upsert(by_version))
 
     async def DeleteItems(
         self, request: pb.DeleteItemsRequest, context: grpc.aio.ServicerContext
@@ -126,6 +129,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
         self, request: pb.GetInfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetInfoResponse:
         info = self.retriever.info()
+        prepared = self.retriever.prepared
         state = "indexed" if info.indexed_count >= info.point_count else "indexing"
         return pb.GetInfoResponse(
             point_count=info.point_count,
@@ -134,4 +138,19 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
             generation=info.generation,
             backend=info.backend,
             filterable_attributes=dict(self.retriever.schema.attributes),
+            model_version=self.retriever.artifact_version,
+            prepared_model_version=prepared.version if prepared is not None else "",
+            prepared_generation=prepared.store.generation
+            if prepared is not None and prepared.store is not None
+            else "",
+        )
+
+    async def PrepareModelVersion(
+        self, request: pb.PrepareModelVersionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PrepareModelVersionResponse:
+        prepared = await self.retriever.preparer.prepare(request.model_version)
+        return pb.PrepareModelVersionResponse(
+            state=f"PREPARE_STATE_{prepared.state}",
+            generation=prepared.generation,
+            own_generation=prepared.own_generation,
         )

@@ -49,3 +49,35 @@ def test_bounded_least_recently_used_first_and_off_at_zero():
     off = UserVectors(size=0)
     off.put(keys[0], b"a", "v")
     assert off.get(keys[0]) is None and len(off) == 0
+
+
+def test_once_the_ranker_says_who_is_on_which_version_only_that_versions_vector_is_used():
+    """A rollout of a retrained model: a user moved to the candidate must be
+    embedded by it (and retrieved from its items), not given the stable's
+    vector, even before the ranker scored them once."""
+    from recserve.ranker.v1 import ranker_pb2 as rpb
+    from recserve_delivery.rollout import user_position
+
+    cache = UserVectors(size=10)
+    users = [str(n) for n in range(1, 200)]
+    moved = next(u for u in users if user_position(u) < 50)
+    stayed = next(u for u in users if user_position(u) >= 50)
+    keys = {}
+    for user in (moved, stayed):
+        keys[user] = UserVectors.key(fpb.UserFeatures(user_id=user, found=True))
+        cache.put(keys[user], b"stable-vector", "stable")
+    cache.learn_split(rpb.VersionSplit(stable_version="stable"))
+    assert cache.get(keys[moved], moved) == (b"stable-vector", "stable")
+    cache.learn_split(
+        rpb.VersionSplit(
+            stable_version="stable", candidate_version="retrained", candidate_share_percent=50
+        )
+    )
+    assert cache.get(keys[moved], moved) is None  # embed again, by the candidate
+    assert cache.get(keys[stayed], stayed) == (b"stable-vector", "stable")
+    cache.put(keys[moved], b"retrained-vector", "retrained")
+    assert cache.get(keys[moved], moved) == (b"retrained-vector", "retrained")
+    # Promoted: the retrained version is everyone's.
+    cache.learn_split(rpb.VersionSplit(stable_version="retrained"))
+    assert cache.get(keys[stayed], stayed) is None
+    assert cache.get(keys[moved], moved) == (b"retrained-vector", "retrained")
