@@ -23,8 +23,9 @@ from recserve.retriever.v1 import retriever_pb2 as qpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_cli import console as cli_console
 from recserve_delivery import state as rollout_state
-from recserve_delivery.experiment import experiment_report
+from recserve_delivery.experiment import CONFIDENCE, experiment_report
 from recserve_kit.config import load_settings
+from recserve_model import artifacts
 from recserve_stack.settings import StackSettings
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
@@ -73,6 +74,44 @@ def prepare_items(
             time.sleep(WAIT_POLL_S)
 
 
+def prepare_arms(versions: list[str], timeout_s: float) -> None:
+    """Every arm's items ready in the retriever (exits on a refusal): at most
+    one arm may have item vectors of its own (the retriever holds one
+    prepared version beside the current)."""
+    for each in versions:
+        try:
+            prepared = prepare_items(each, timeout_s)
+        except grpc.RpcError as exc:
+            console.print(f"[red]{exc.code().name}[/]: {exc.details()}")
+            sys.exit(1)
+        except TimeoutError as exc:
+            console.print(f"[red]{exc}[/]")
+            sys.exit(1)
+        if not prepared.own_generation:
+            continue
+        console.print(f"{each}'s items: generation {prepared.generation}, ready")
+        owners = [v for v in versions if v != each and own_items(v)]
+        if owners:
+            console.print(
+                f"[red]{each} and {owners[0]} both have item vectors of their own: "
+                "an experiment may have one such arm[/]"
+            )
+            sys.exit(1)
+
+
+def own_items(version: str, settings: StackSettings | None = None) -> bool:
+    """Whether ``version``'s item vectors differ from the current artifact's
+    (a retrained model: the retriever needs a generation of its own)."""
+    data_dir = (settings or load_settings(StackSettings)).data_dir
+    root = artifacts.artifacts_root(data_dir)
+
+    def digest(name: str) -> str:
+        manifest = json.loads((root / name / artifacts.MANIFEST).read_text())
+        return str(manifest["files"].get("item_vectors.parquet", ""))
+
+    return digest(version) != digest((root / "CURRENT").read_text().strip())
+
+
 def _call(method: str, request: Message) -> pb.RolloutStatus:
     try:
         return call(method, request)
@@ -92,12 +131,15 @@ def show(status: pb.RolloutStatus, title: str = "rollout") -> None:
     active = status.status in ("running", "paused")
     if active:
         table.add_row("candidate", status.candidate_version)
+        for n, more in enumerate(status.more_candidate_versions):
+            table.add_row(f"candidate-{n + 2}", more)
         steps = " -> ".join(
             f"[bold]{s:g}%[/]" if n == status.step else f"{s:g}%"
             for n, s in enumerate(status.steps_percent)
         )
         table.add_row("steps", steps)
-        table.add_row("on candidate now", f"{status.share_percent:g}% of users")
+        each = " each" if status.more_candidate_versions else ""
+        table.add_row("on candidate now", f"{status.share_percent:g}% of users{each}")
         if status.experiment_until_unix_s:
             until = status.experiment_until_unix_s
             table.add_row("experiment ends", f"{utc(until)} UTC ({until - time.time():.0f} s)")
@@ -155,22 +197,21 @@ def start(
             "instead of a rollout: never promoted by the judge; `rollout report` at the end.",
         ),
     ] = 0,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An experiment's further arm (repeat it): another version on the next "
+            "range of users of the same share."
+        ),
+    ] = None,
     prepare_timeout_s: Annotated[
         float, typer.Option(min=1, help="Longest wait for the retriever to ready its items.")
     ] = 1800.0,
 ) -> None:
     """Start moving users to VERSION (or an A/B experiment of it), once the
     retriever has VERSION's items (its own generation, for a retrained model)."""
-    try:
-        prepared = prepare_items(version, prepare_timeout_s)
-    except grpc.RpcError as exc:
-        console.print(f"[red]{exc.code().name}[/]: {exc.details()}")
-        sys.exit(1)
-    except TimeoutError as exc:
-        console.print(f"[red]{exc}[/]")
-        sys.exit(1)
-    if prepared.own_generation:
-        console.print(f"{version}'s items: generation {prepared.generation}, ready")
+    more = arm or []
+    prepare_arms([version, *more], prepare_timeout_s)
     request = pb.StartRolloutRequest(
         version=version,
         steps_percent=[float(s) for s in steps.split(",") if s.strip()],
@@ -185,6 +226,7 @@ def start(
         guardrail_alpha=guardrail_alpha,
         guardrail_power=guardrail_power,
         experiment_s=experiment_s,
+        more_versions=more,
     )
     show(_call("StartRollout", request))
 
@@ -244,15 +286,20 @@ def report(
     )
     for column in ("arm", "version", "lists", "converted", "conversion"):
         table.add_column(column, justify="left" if column in ("arm", "version") else "right")
-    for arm, version in (("stable", result.stable), ("candidate", result.candidate)):
+    for arm, version in result.versions.items():
         cell = result.arms[arm]
         table.add_row(arm, version, str(cell.lists), str(cell.converted), f"{cell.rate:.2%}")
     console.print(table)
-    c = result.comparison
-    console.print(
-        f"difference {c.difference:+.2%} (95% interval {c.low:+.2%} to {c.high:+.2%}), "
-        f"p {f'= {c.p_value:.3g}' if c.p_value > 0 else '< 1e-15'} (two-sided)"
-    )
+    several = len(result.comparisons) > 1
+    level = 1 - (1 - CONFIDENCE) / len(result.comparisons)  # Bonferroni's, per comparison
+    for arm, c in result.comparisons.items():
+        console.print(
+            f"{f'{arm}: ' if several else ''}difference {c.difference:+.2%} "
+            f"({level * 100:.3g}% interval {c.low:+.2%} to {c.high:+.2%}), "
+            f"p {f'= {c.p_value:.3g}' if c.p_value > 0 else '< 1e-15'} (two-sided)"
+        )
+    if several:
+        console.print("each against the stable, Bonferroni-corrected for the arms")
     if result.required_lists is not None:
         reached = "reached" if result.reached else "NOT reached: read the interval, not the p"
         console.print(f"planned sample: {result.required_lists} lists per arm, {reached}")

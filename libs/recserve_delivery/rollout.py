@@ -18,17 +18,15 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, get_args
-
-from hdrh.histogram import HdrHistogram
-from prometheus_client import Counter, Gauge, Histogram
+from typing import get_args
 
 from recserve_delivery import state as rollout_state
 from recserve_delivery.outcomes import ArmOutcomes
 from recserve_delivery.state import Figures, Guardrail, RolloutState, Triggers, Verdict, judge
+from recserve_delivery.windows import RolloutMetrics, VersionWindow
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
@@ -39,81 +37,18 @@ HOLD_LOG_S = 10.0
 STATUSES: tuple[str, ...] = get_args(rollout_state.Status)
 
 
-class RolloutMetrics:
-    """One rollout's metrics, named ``<prefix>_rollout_*`` and
-    ``<prefix>_version_*``: ``recserve_ranker`` for the model rollout,
-    ``recserve_canary`` for the service canary. One instance per prefix and
-    process (Prometheus refuses a name registered twice)."""
-
-    _made: ClassVar[dict[str, RolloutMetrics]] = {}
-
-    def __init__(self, prefix: str) -> None:
-        self.share = Gauge(f"{prefix}_rollout_share_percent", "Users on the candidate version.")
-        self.decisions = Counter(
-            f"{prefix}_rollout_decisions_total", "The rollout judge's decisions.", ["action"]
-        )
-        self.candidate = Gauge(
-            f"{prefix}_rollout_candidate",
-            "The candidate's figures at the judge's last look (this step).",
-            ["figure"],
-        )
-        self.status = Gauge(f"{prefix}_rollout_status", "1 for the rollout's status.", ["status"])
-        self.version_seconds = Histogram(
-            f"{prefix}_version_seconds",
-            "Inference (or upstream) time by version during a rollout (recorded also when "
-            "the caller gave up).",
-            ["version"],
-            buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5),
-        )
-        self.version_errors = Counter(
-            f"{prefix}_version_errors_total",
-            "Failed calls by version during a rollout: errors, non-finite scores.",
-            ["version", "kind"],
-        )
-
-    @classmethod
-    def named(cls, prefix: str) -> RolloutMetrics:
-        if prefix not in cls._made:
-            cls._made[prefix] = cls(prefix)
-        return cls._made[prefix]
-
-
 def user_position(user_id: str) -> float:
     """Where a user falls in [0, 100): the same on every process and restart."""
     digest = hashlib.blake2b(user_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 * 100.0
 
 
-class VersionWindow:
-    """One version's figures since the current step began."""
-
-    def __init__(self) -> None:
-        self.latency_us = HdrHistogram(1, 60_000_000, 3)
-        self.requests = 0
-        self.errors = 0
-
-    def completed(self, seconds: float) -> None:
-        self.requests += 1
-        self.latency_us.record_value(max(1, min(int(seconds * 1e6), 60_000_000)))
-
-    def failed(self, counted: bool = False) -> None:
-        """``counted``: the call was already counted as completed (bad output)."""
-        self.requests += 0 if counted else 1
-        self.errors += 1
-
-    def percentile_ms(self, p: float) -> float:
-        if not self.latency_us.get_total_count():
-            return 0.0
-        return float(self.latency_us.get_value_at_percentile(p)) / 1000.0
-
-    def figures(self) -> Figures:
-        return Figures(
-            self.requests,
-            self.errors,
-            self.percentile_ms(50),
-            self.percentile_ms(99),
-            self.latency_us.get_total_count(),
-        )
+def version_at(position: float, stable: str, candidates: Sequence[str], share: float) -> str:
+    """The version of a user at ``position``: the n-th candidate on
+    [n x share, (n + 1) x share), the stable beyond the last."""
+    if share > 0 and position < share * len(candidates):
+        return candidates[int(position // share)]
+    return stable
 
 
 @dataclass(frozen=True)
@@ -126,6 +61,7 @@ class Plan:
     triggers: Triggers
     guardrail: Guardrail | None = None
     experiment_s: float = 0.0  # > 0: an A/B experiment of this long at one split
+    more_candidates: tuple[str, ...] = ()  # an experiment's further arms
 
     def check(self) -> None:
         steps = self.steps_percent
@@ -133,10 +69,16 @@ class Plan:
             raise InvalidArgument("steps_percent", "each step must be in (0, 100]")
         if self.experiment_s < 0:
             raise InvalidArgument("experiment_s", "must be 0 (a rollout) or more")
+        arms = [self.candidate, *self.more_candidates]
+        if self.more_candidates and not self.experiment_s:
+            raise InvalidArgument("more_versions", "only an experiment has several candidates")
+        if len(set(arms)) != len(arms) or not all(arms):
+            raise InvalidArgument("more_versions", "each arm's version must be given once")
         if self.experiment_s:
-            if len(steps) != 1 or steps[0] >= 100:
+            if len(steps) != 1 or steps[0] * len(arms) >= 100:
+                times = f" (times its {len(arms)} candidate arms)" if len(arms) > 1 else ""
                 raise InvalidArgument(
-                    "steps_percent", "an experiment holds one split: one share below 100"
+                    "steps_percent", f"an experiment holds one split: one share{times} below 100"
                 )
         elif any(b <= a for a, b in itertools.pairwise(steps)) or steps[-1] != 100:
             raise InvalidArgument("steps_percent", "must increase and end at 100")
@@ -170,9 +112,9 @@ class Rollout:
 
     def version_for(self, user_id: str) -> str:
         s = self.state
-        if s.active and user_position(user_id) < s.share_percent:
-            return s.candidate
-        return s.stable
+        if not s.active:
+            return s.stable
+        return version_at(user_position(user_id), s.stable, s.candidates, s.share_percent)
 
     def shadow_wanted(self) -> bool:
         s = self.state
@@ -196,6 +138,8 @@ class Rollout:
             )
         if plan.candidate == self.state.stable:
             raise InvalidArgument("version", f"{plan.candidate} is already the stable version")
+        if self.state.stable in plan.more_candidates:
+            raise InvalidArgument("more_versions", f"{self.state.stable} is the stable version")
         self.state = RolloutState(
             stable=self.state.stable,
             candidate=plan.candidate,
@@ -209,11 +153,14 @@ class Rollout:
             started_at=self.clock(),
             experiment_until=self.clock() + plan.experiment_s if plan.experiment_s else 0.0,
             history=self.state.history,
+            more_candidates=list(plan.more_candidates),
         )
         self._arms = None
         self._new_step()
         what = f"experiment of {plan.experiment_s:g} s" if plan.experiment_s else "candidate"
-        self._decide("start", f"{what} {plan.candidate} at {plan.steps_percent[0]:g}%")
+        arms = ", ".join(self.state.candidates)
+        each = " each" if plan.more_candidates else ""
+        self._decide("start", f"{what} {arms} at {plan.steps_percent[0]:g}%{each}")
 
     def resumed_after_restart(self) -> None:
         """Resume at the persisted step: its soak and figures start over."""
@@ -290,15 +237,22 @@ class Rollout:
 
     def tick(self, memory_fraction: float | None, figures: Figures | None = None) -> Verdict | None:
         """The judge's look on the candidate's figures (this process's own
-        unless given); applies a promotion or a rollback."""
+        unless given), each arm's in an experiment of several: any arm's
+        rollback ends it; applies a promotion or a rollback."""
         s = self.state
         if not s.active:
             return None
-        if figures is None:
-            figures = self.windows.setdefault(s.candidate, VersionWindow()).figures()
-        if s.guardrail is not None and figures.arms is None:
-            figures = dataclasses.replace(figures, arms=self._arm_outcomes().update())
-        verdict = judge(s, figures, memory_fraction, self.clock())
+        verdicts = []
+        for n, version in enumerate(s.candidates):
+            mine = figures if figures is not None and n == 0 else None
+            mine = mine or self.windows.setdefault(version, VersionWindow()).figures()
+            if s.guardrail is not None and mine.arms is None:
+                mine = dataclasses.replace(mine, arms=self._arm_outcomes().update())
+            verdict = judge(s, mine, memory_fraction, self.clock(), rollout_state.arm_name(n))
+            if len(s.candidates) > 1 and verdict.action == "rollback":
+                verdict = dataclasses.replace(verdict, reason=f"{version}: {verdict.reason}")
+            verdicts.append(verdict)
+        verdict = next((v for v in verdicts if v.action == "rollback"), verdicts[0])
         self.last = verdict
         for name, value in verdict.figures.items():
             self.metrics.candidate.labels(name).set(value)
@@ -328,10 +282,7 @@ class Rollout:
             s = self.state
             directory = artifacts.artifacts_root(self.data_dir) / s.stable
             self._arms = ArmOutcomes(
-                self.data_dir,
-                CatalogueSchema.load(directory),
-                {s.stable: "stable", s.candidate: "candidate"},
-                s.started_at,
+                self.data_dir, CatalogueSchema.load(directory), s.arms(), s.started_at
             )
         return self._arms
 

@@ -49,6 +49,12 @@ class Guardrail(BaseModel):
     def required_lists(self) -> int:
         return required_lists(self.baseline_rate, self.min_detectable_drop, self.alpha, self.power)
 
+    def split_among(self, arms: int) -> Guardrail:
+        """The guardrail for each of ``arms`` candidate arms: alpha divided
+        among them (Bonferroni), so the chance of a false alarm on any of
+        them stays alpha; the sample each needs follows."""
+        return self if arms <= 1 else self.model_copy(update={"alpha": self.alpha / arms})
+
 
 class Decision(BaseModel):
     at: float  # unix seconds
@@ -77,10 +83,26 @@ class RolloutState(BaseModel):
     step_started_at: float = 0.0
     reason: str = ""
     history: list[Decision] = Field(default_factory=list)
+    # An experiment's further arms, each on the next range of users of the same share.
+    more_candidates: list[str] = Field(default_factory=list)
 
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
+
+    @property
+    def candidates(self) -> list[str]:
+        """The candidate arms' versions in order (an experiment may have several)."""
+        return [self.candidate, *self.more_candidates] if self.candidate else []
+
+    def arms(self) -> dict[str, str]:
+        """Model version -> arm: "stable", "candidate", "candidate-2", ..."""
+        return {self.stable: "stable"} | {v: arm_name(n) for n, v in enumerate(self.candidates)}
+
+    def arm_guardrail(self) -> Guardrail | None:
+        """The guardrail each candidate arm is judged by (alpha split among them)."""
+        g = self.guardrail
+        return None if g is None else g.split_among(len(self.candidates))
 
     @property
     def share_percent(self) -> float:
@@ -89,6 +111,11 @@ class RolloutState(BaseModel):
 
     def record(self, decision: Decision) -> None:
         self.history = [*self.history, decision][-HISTORY:]
+
+
+def arm_name(n: int) -> str:
+    """The n-th candidate arm's name (0-based): "candidate", "candidate-2", ..."""
+    return "candidate" if n == 0 else f"candidate-{n + 1}"
 
 
 class RolloutStateError(RuntimeError):
@@ -130,7 +157,7 @@ def protected_versions(data_dir: Path) -> set[str]:
         return current
     if state is None:
         return current
-    return current | {v for v in (state.stable, state.candidate if state.active else "") if v}
+    return current | {v for v in (state.stable, *(state.candidates if state.active else ())) if v}
 
 
 # -- the judge -------------------------------------------------------------------
@@ -173,10 +200,13 @@ def percent(fraction: float, decimals: int) -> str:
 
 
 def judge(
-    state: RolloutState, figures: Figures, memory_fraction: float | None, now: float
+    state: RolloutState,
+    figures: Figures,
+    memory_fraction: float | None,
+    now: float,
+    arm: str = "candidate",
 ) -> Verdict:
-    """The decision for the candidate's current step (a pure function)."""
-    t = state.triggers
+    """The decision for a candidate arm's current step (a pure function)."""
     elapsed = now - state.step_started_at
     seen = {
         "requests": float(figures.requests),
@@ -188,12 +218,44 @@ def judge(
     }
     if memory_fraction is not None:
         seen["memory_fraction"] = memory_fraction
-        if memory_fraction > t.max_memory_fraction:
-            return Verdict(
-                "rollback",
-                f"memory {percent(memory_fraction, 1)} > {percent(t.max_memory_fraction, 1)}",
-                seen,
-            )
+    tripped = trigger_verdict(state, figures, memory_fraction, seen)
+    if tripped is not None:
+        return tripped
+    guarded = guardrail_verdict(state, figures, seen, arm)
+    if guarded is not None and guarded.action == "rollback":
+        return guarded
+    if state.experiment_until:
+        # Triggers and the guardrail's rollback protect an experiment too;
+        # its end is the clock's, whatever the sample (the report says).
+        left = state.experiment_until - now
+        if left <= 0:
+            return Verdict("conclude", "the experiment's time is up", seen)
+        return Verdict("hold", f"experiment: {left:.0f} s left", seen)
+    if state.status == "paused":
+        return Verdict("hold", "paused by the operator", seen)
+    if guarded is not None:
+        return guarded  # holding for the sample: no promotion before it
+    if figures.requests < state.min_requests:
+        return Verdict("hold", f"{figures.requests}/{state.min_requests} requests", seen)
+    if elapsed < state.soak_s:
+        return Verdict("hold", f"soaking {elapsed:.0f}/{state.soak_s:.0f} s", seen)
+    return Verdict("promote", "soaked with every figure inside its limit", seen)
+
+
+def trigger_verdict(
+    state: RolloutState,
+    figures: Figures,
+    memory_fraction: float | None,
+    seen: dict[str, float],
+) -> Verdict | None:
+    """A rollback when memory, errors or latency cross their limits."""
+    t = state.triggers
+    if memory_fraction is not None and memory_fraction > t.max_memory_fraction:
+        return Verdict(
+            "rollback",
+            f"memory {percent(memory_fraction, 1)} > {percent(t.max_memory_fraction, 1)}",
+            seen,
+        )
     enough = figures.requests >= state.min_requests
     rate = figures.error_rate
     if rate > t.max_error_rate and (enough or figures.errors >= MIN_ERRORS):
@@ -211,37 +273,19 @@ def judge(
             f"median {figures.p50_ms:.0f} ms > the p99 limit {t.max_p99_ms:.0f} ms",
             seen,
         )
-    guarded = guardrail_verdict(state, figures, seen)
-    if guarded is not None and guarded.action == "rollback":
-        return guarded
-    if state.experiment_until:
-        # Triggers and the guardrail's rollback protect an experiment too;
-        # its end is the clock's, whatever the sample (the report says).
-        left = state.experiment_until - now
-        if left <= 0:
-            return Verdict("conclude", "the experiment's time is up", seen)
-        return Verdict("hold", f"experiment: {left:.0f} s left", seen)
-    if state.status == "paused":
-        return Verdict("hold", "paused by the operator", seen)
-    if guarded is not None:
-        return guarded  # holding for the sample: no promotion before it
-    if not enough:
-        return Verdict("hold", f"{figures.requests}/{state.min_requests} requests", seen)
-    if elapsed < state.soak_s:
-        return Verdict("hold", f"soaking {elapsed:.0f}/{state.soak_s:.0f} s", seen)
-    return Verdict("promote", "soaked with every figure inside its limit", seen)
+    return None
 
 
 def guardrail_verdict(
-    state: RolloutState, figures: Figures, seen: dict[str, float]
+    state: RolloutState, figures: Figures, seen: dict[str, float], arm: str = "candidate"
 ) -> Verdict | None:
     """Rollback on a significant conversion drop once both arms have the
     sample; hold until then; None when the guardrail passes (or is off)."""
-    g = state.guardrail
+    g = state.arm_guardrail()
     if g is None:
         return None
     arms = figures.arms or {}
-    stable, candidate = arms.get("stable", Cell()), arms.get("candidate", Cell())
+    stable, candidate = arms.get("stable", Cell()), arms.get(arm, Cell())
     need = g.required_lists
     seen |= {
         "guardrail_required_lists": float(need),

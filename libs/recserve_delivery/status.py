@@ -37,6 +37,7 @@ def status_message(rollout: Rollout) -> pb.RolloutStatus:
         history=[decision(d) for d in s.history],
         experiment_until_unix_s=s.experiment_until,
         ended_at_unix_s=s.ended_at,
+        more_candidate_versions=s.more_candidates,
     )
     if rollout.last is not None and s.active:
         last = rollout.last

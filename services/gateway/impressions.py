@@ -50,25 +50,19 @@ class RolloutArms:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self.stable = ""
-        self.candidate = ""
+        self.arms: dict[str, str] = {}  # model version -> arm, while a rollout runs
 
     def reload(self) -> None:
         try:
             state = rollout_state.load(self.data_dir)
         except rollout_state.RolloutStateError:
             return  # keep what was known; the ranker reports the broken file
-        if state is None or state.status not in rollout_state.ACTIVE:
-            self.stable = self.candidate = ""
-        else:
-            self.stable, self.candidate = state.stable, state.candidate
+        active = state is not None and state.status in rollout_state.ACTIVE
+        self.arms = state.arms() if state is not None and active else {}
 
     def arm(self, version: str) -> str:
-        if version and version == self.candidate:
-            return "candidate"
-        if version and version == self.stable:
-            return "stable"
-        return ""
+        """ "stable", "candidate", "candidate-2", ... or "" outside a rollout."""
+        return self.arms.get(version, "") if version else ""
 
 
 class Impressions:

@@ -24,7 +24,7 @@ from prometheus_client import Counter
 
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.ranker.v1 import ranker_pb2 as rpb
-from recserve_delivery.rollout import user_position
+from recserve_delivery.rollout import user_position, version_at
 
 LOOKUPS = Counter(
     "recserve_gateway_user_vector_cache_total", "User-vector cache lookups.", ["result"]
@@ -38,8 +38,8 @@ class UserVectors:
         self._entries: OrderedDict[bytes, tuple[bytes, str]] = OrderedDict()
         # The model versions the ranker answered with last (two: a rollout's).
         self.versions: deque[str] = deque(maxlen=2)
-        # (stable, candidate, candidate's share %) as the ranker last said.
-        self.split: tuple[str, str, float] | None = None
+        # (stable, the candidate arms, each arm's share %) as the ranker last said.
+        self.split: tuple[str, tuple[str, ...], float] | None = None
 
     @staticmethod
     def key(profile: fpb.UserFeatures) -> bytes:
@@ -49,8 +49,8 @@ class UserVectors:
         """The version this user is on, as far as the ranker has said."""
         if self.split is None:
             return None
-        stable, candidate, share = self.split
-        return candidate if candidate and user_position(user_id) < share else stable
+        stable, candidates, share = self.split
+        return version_at(user_position(user_id), stable, candidates, share)
 
     def get(self, key: bytes, user_id: str = "") -> tuple[bytes, str] | None:
         """(vector_f32, model version) when cached for the version in use."""
@@ -78,9 +78,10 @@ class UserVectors:
     def learn_split(self, split: rpb.VersionSplit) -> None:
         """Which version each user is on, from a ranker's answer."""
         if split.stable_version:
+            candidates = (split.candidate_version, *split.more_candidate_versions)
             self.split = (
                 split.stable_version,
-                split.candidate_version,
+                candidates if split.candidate_version else (),
                 split.candidate_share_percent,
             )
 

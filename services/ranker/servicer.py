@@ -173,9 +173,12 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
 
 
 def split_message(ranker: Ranker) -> pb.VersionSplit:
-    stable, candidate, share = ranker.models.split()
+    stable, candidates, share = ranker.models.split()
     return pb.VersionSplit(
-        stable_version=stable, candidate_version=candidate, candidate_share_percent=share
+        stable_version=stable,
+        candidate_version=candidates[0] if candidates else "",
+        candidate_share_percent=share,
+        more_candidate_versions=candidates[1:],
     )
 
 
@@ -217,6 +220,7 @@ def plan(request: pb.StartRolloutRequest, settings: RankerSettings) -> Plan:
         ),
         guardrail=guardrail(request),
         experiment_s=request.experiment_s,
+        more_candidates=tuple(request.more_versions),
     )
 
 

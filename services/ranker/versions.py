@@ -21,7 +21,8 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from recserve_delivery import state as rollout_state
-from recserve_delivery.rollout import Plan, Rollout, RolloutMetrics
+from recserve_delivery.rollout import Plan, Rollout
+from recserve_delivery.windows import RolloutMetrics
 from recserve_kit.errors import FailedPrecondition, NotFound, Unavailable
 from recserve_model import artifacts
 from recserve_model.affinity import RANK as AFFINITY_RANK
@@ -85,14 +86,14 @@ class ModelVersions:
             return stable
         return self.versions.get(rollout.version_for(user_id), stable)
 
-    def split(self) -> tuple[str, str, float]:
-        """(stable, candidate, the candidate's share in percent) now: which
+    def split(self) -> tuple[str, list[str], float]:
+        """(stable, the candidate arms, each arm's share in percent) now: which
         version each user is on (``for_user``); no candidate outside a rollout."""
         rollout = self.rollout
         stable = self.loaded.version if self.loaded is not None else ""
         if rollout is None or not rollout.state.active:
-            return stable, "", 0.0
-        return stable, rollout.state.candidate, rollout.state.share_percent
+            return stable, [], 0.0
+        return stable, rollout.state.candidates, rollout.state.share_percent
 
     def loaded_version(self, version: str) -> Loaded:
         """A version loaded in Triton now, by name (a debug comparison)."""
@@ -186,7 +187,8 @@ class ModelVersions:
             if not rollout.state.active:
                 return
             try:
-                await self._prepare(rollout.state.candidate)
+                for candidate in rollout.state.candidates:
+                    await self._prepare(candidate)
             except (InferenceServerException, FailedPrecondition, NotFound, OSError) as exc:
                 rollout.rollback(f"the candidate cannot be loaded after a restart: {exc}")
                 return
@@ -244,8 +246,9 @@ class ModelVersions:
                     f"a rollout of {rollout.state.candidate} is {rollout.state.status}; "
                     "abort it first"
                 )
-            if plan.candidate != rollout.state.stable:
-                await self._prepare(plan.candidate)  # NotFound for an unknown version
+            for candidate in (plan.candidate, *plan.more_candidates):
+                if candidate != rollout.state.stable:
+                    await self._prepare(candidate)  # NotFound for an unknown version
             rollout.start(plan)
             return rollout
 

@@ -356,3 +356,45 @@ def test_an_ab_experiment_runs_its_time_and_the_report_compares_the_arms(
     # The reversed model is far worse (the guardrail test: 8% against 71%).
     assert comparison["difference"] < 0 and comparison["p_value"] < 0.01, report
     assert comparison["low"] < comparison["difference"] < comparison["high"]
+
+
+def test_an_experiment_of_three_arms_compares_each_with_the_stable(stack, admin, built, tmp_path):
+    """The stable, a copy of it and a worse (reversed) model, a quarter of
+    users on each candidate arm for a fixed time under simulated users,
+    started by the operator's CLI; the report compares each arm with the
+    stable, corrected for two comparisons: the worse arm is, the copy is not."""
+    worse = publish_variant(stack, built, "ab3-worse", "reversed")
+    same = publish_variant(stack, built, "ab3-same")
+    started = subprocess.run(
+        [sys.executable, "-m", "recserve_stack", "rollout", "start", worse, "--arm", same,
+         "--experiment-s", "40", "--steps", "25", "--min-requests", "5", "--soak-s", "1"],
+        env=stack.env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stdout + started.stderr
+    status = admin("GetRollout")
+    assert status.status == "running" and list(status.more_candidate_versions) == [same]
+    futures = held_out_futures(built.directory.parents[1] / "raw")
+    token = (stack.data_dir / "auth" / "app.token").read_text().strip()
+
+    def ended(result):
+        return result.lists % 20 == 0 and admin("GetRollout").status != "running"
+
+    result = simulate(stack.envoy_address, token, futures, ended, seed=3, max_s=180)
+    done = wait_status(admin, {"concluded"}, 30)
+    assert {worse, same, done.stable_version} <= set(result.by_version)
+    out = tmp_path / "report.json"
+    shown = subprocess.run(
+        [sys.executable, "-m", "recserve_stack", "rollout", "report", "--out", str(out)],
+        env=stack.env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    print(shown.stdout)  # (-s)
+    assert "Bonferroni" in shown.stdout and "candidate-2:" in shown.stdout
+    report = json.loads(out.read_text())
+    assert report["versions"] == {
+        "stable": done.stable_version, "candidate": worse, "candidate-2": same,
+    }  # fmt: skip
+    assert all(report["arms"][a]["lists"] > 15 for a in report["versions"]), report
+    worse_vs, same_vs = report["comparisons"]["candidate"], report["comparisons"]["candidate-2"]
+    assert worse_vs["difference"] < 0 and worse_vs["p_value"] < 0.01, report
+    assert same_vs["low"] < 0 < same_vs["high"], report  # a copy: no difference shown

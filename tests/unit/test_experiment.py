@@ -7,8 +7,9 @@ import pytest
 
 from recserve_delivery import state as rollout_state
 from recserve_delivery.experiment import experiment_report
-from recserve_delivery.rollout import Plan, Rollout, VersionWindow
+from recserve_delivery.rollout import Plan, Rollout
 from recserve_delivery.state import Triggers
+from recserve_delivery.windows import VersionWindow
 from recserve_kit.errors import InvalidArgument
 from tests.unit.test_guardrail import clicks_rollout, write
 
@@ -100,3 +101,89 @@ def test_the_report_covers_the_experiments_window_only(tmp_path):
     assert report.ended_at == 1101.0 and report.share_percent == 50.0
     assert report.required_lists and report.required_lists > 30 and report.reached is False
     assert report.as_dict()["sample_reached"] is False
+
+
+def test_an_experiment_of_several_arms_gives_each_its_own_users(tmp_path):
+    rollout = Rollout(tmp_path, "v1")
+    rollout.start(experiment(share=20.0, more_candidates=("v3", "v4")))
+    assert rollout.state.candidates == ["v2", "v3", "v4"]
+    assert rollout.state.arms() == {
+        "v1": "stable", "v2": "candidate", "v3": "candidate-2", "v4": "candidate-3",
+    }  # fmt: skip
+    users = [str(n) for n in range(6000)]
+    on = {u: rollout.version_for(u) for u in users}
+    for version, expected in (("v2", 0.2), ("v3", 0.2), ("v4", 0.2), ("v1", 0.4)):
+        share = sum(1 for v in on.values() if v == version) / len(users)
+        assert abs(share - expected) < 0.03, (version, share)
+    assert on == {u: Rollout(tmp_path, "v1").version_for(u) for u in users}  # persisted, stable
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [({"more_candidates": ("v3",), "experiment_s": 0.0, "steps_percent": [50.0, 100.0]},
+      "more_versions"),
+     ({"more_candidates": ("v2",)}, "more_versions"),
+     ({"more_candidates": ("v3",), "steps_percent": [50.0]}, "steps_percent"),
+     ({"more_candidates": ("v1",), "steps_percent": [20.0]}, "more_versions")],
+)  # fmt: skip
+def test_further_arms_only_in_an_experiment_each_once_leaving_users_on_stable(
+    tmp_path, overrides, field
+):
+    with pytest.raises(InvalidArgument) as refused:
+        Rollout(tmp_path, "v1").start(experiment(**overrides))
+    assert refused.value.field == field
+
+
+def test_any_arm_tripping_a_trigger_ends_the_experiment_naming_it(tmp_path):
+    now = [1000.0]
+    rollout = Rollout(tmp_path, "v1", clock=lambda: now[0])
+    rollout.start(experiment(share=25.0, more_candidates=("v3",)))
+    for _ in range(20):
+        rollout.completed("v2", 0.01)
+        rollout.completed("v3", 0.4)  # the second arm is slow
+    now[0] = 1005.0
+    verdict = rollout.tick(0.2)
+    assert verdict is not None and verdict.action == "rollback"
+    assert verdict.reason.startswith("v3: p99")
+    assert rollout.state.status == "rolled_back"
+    assert {rollout.version_for(u) for u in map(str, range(500))} == {"v1"}
+
+
+def test_the_report_compares_every_arm_with_the_stable_corrected_for_several(tmp_path):
+    now = [1000.0]
+    rollout = clicks_rollout(tmp_path, now)
+    rollout.start(experiment(share=25.0, seconds=100.0, more_candidates=("v3",)))
+    versions = ["v1", "v2", "v3"]
+    lists = [{"recommendation_id": f"r{n}", "at": 1000.0 + n / 10, "arm": "", "surface": "home",
+              "model_version": versions[n % 3], "items": [str(n)]}
+             for n in range(300)]  # fmt: skip
+    write(tmp_path / "events" / "impressions" / "d" / "00-g.jsonl", lists)
+    # The stable converts a fifth of its lists, v2 the same, v3 every one.
+    clicks = [n for n in range(300) if n % 3 == 2 or (n % 3 < 2 and n % 5 == 0)]
+    write(tmp_path / "events" / "app" / "d" / "00-g.jsonl",
+          [{"event_id": f"e{n}", "recommendation_id": f"r{n}", "item_id": str(n),
+            "event_type": "click", "value": 0.0} for n in clicks])  # fmt: skip
+    now[0] = 1101.0
+    rollout.tick(0.2, figures())
+    report = experiment_report(tmp_path, rollout.state, now=5000.0, baseline_rate=0.2)
+    assert {a: c.lists for a, c in report.arms.items()} == {
+        "stable": 100, "candidate": 100, "candidate-2": 100,
+    }  # fmt: skip
+    assert report.versions == {"stable": "v1", "candidate": "v2", "candidate-2": "v3"}
+    same, better = report.comparisons["candidate"], report.comparisons["candidate-2"]
+    assert same.difference == pytest.approx(0.0, abs=0.03) and same.p_value > 0.05
+    assert better.difference > 0.5 and better.p_value < 1e-6
+    # Bonferroni: each interval at 97.5%, wider than one comparison's 95%.
+    from recserve_delivery.outcomes import compare
+
+    single = compare(report.arms["stable"], report.arms["candidate-2"])
+    assert better.high - better.low > single.high - single.low
+    assert better.p_value == pytest.approx(min(1.0, single.p_value * 2))
+    shown = report.as_dict()
+    assert shown["correction"] == "bonferroni" and set(shown["comparisons"]) == {
+        "candidate", "candidate-2",
+    }  # fmt: skip
+    # The sample is planned at alpha 0.05 split between the two arms.
+    from recserve_delivery.outcomes import required_lists
+
+    assert report.required_lists == required_lists(0.2, 0.02, 0.025, 0.8)

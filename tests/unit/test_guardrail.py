@@ -9,8 +9,9 @@ import json
 import pytest
 
 from recserve_delivery.outcomes import Cell, required_lists
-from recserve_delivery.rollout import Plan, Rollout, VersionWindow
+from recserve_delivery.rollout import Plan, Rollout
 from recserve_delivery.state import Guardrail, RolloutState, Triggers, judge
+from recserve_delivery.windows import VersionWindow
 from recserve_model.catalogue import CatalogueSchema, EventKind
 
 GUARD = Guardrail(baseline_rate=0.1, min_detectable_drop=0.2, alpha=0.05, power=0.8)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from recserve_delivery import state as rollout_state
-from recserve_delivery.rollout import Plan, Rollout, VersionWindow, user_position
+from recserve_delivery.rollout import Plan, Rollout, user_position
 from recserve_delivery.state import RolloutState, Triggers, judge
+from recserve_delivery.windows import VersionWindow
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
 from services.ranker.shadow import compare
 
