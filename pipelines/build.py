@@ -30,6 +30,7 @@ from pipelines import (
     movielens,
     onboarding_model,
     triton_repo,
+    user_vectors,
 )
 from pipelines.inputs import build_spec, encode_inputs
 from pipelines.models import Int8Ranker
@@ -50,11 +51,15 @@ MODEL_SOURCES = [
     ROOT / "pipelines" / "dataset.py",
     ROOT / "pipelines" / "models.py",
     ROOT / "pipelines" / "train.py",
+    ROOT / "pipelines" / "inputs.py",  # the encoding fitted to the data
+    ROOT / "pipelines" / "user_vectors.py",  # every user's stored vector
     ROOT / "pipelines" / "export.py",
     ROOT / "pipelines" / "baselines.py",  # the ranker's affinity factors
     ROOT / "pipelines" / "onboarding_model.py",  # new users' lists
     ROOT / "libs" / "recserve_model" / "segments.py",
     ROOT / "libs" / "recserve_model" / "encoding.py",
+    ROOT / "libs" / "recserve_model" / "attribute_features.py",
+    ROOT / "libs" / "recserve_model" / "profile_key.py",
     ROOT / "libs" / "recserve_model" / "catalogue.py",  # the filterable attributes' form
     ROOT / "libs" / "recserve_data" / "columns.py",  # how the tables' values are typed
 ]
@@ -325,6 +330,7 @@ def build(
         staging.mkdir(parents=True)
         split = dataset.temporal_split(data.interactions)
         metrics = train_and_export(staging, data, split, config, console)
+        user_vectors.write_user_vectors(staging, version)
         artifacts.write_manifest(
             staging,
             version,

@@ -39,6 +39,8 @@ def service_environment(settings: StackSettings) -> dict[str, str]:
     env["RECSERVE_GATEWAY_RANKER_ADDR"] = internal_address(settings, "ranker")
     # The item tower, for items upserted without a vector.
     env["RECSERVE_RETRIEVER_RANKER_ADDR"] = internal_address(settings, "ranker")
+    # The user tower, for users' vectors computed again after their events.
+    env["RECSERVE_FEATURES_RANKER_ADDR"] = internal_address(settings, "ranker")
     return env
 
 

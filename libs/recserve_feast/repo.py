@@ -28,6 +28,8 @@ from recserve_model import published
 PROJECT = "recserve"
 USER_PUSH_SOURCE = "user_activity_push"
 ITEM_PUSH_SOURCE = "item_stats_push"
+VECTOR_PUSH_SOURCE = "user_vectors_push"
+USER_VECTORS = "user_vectors"
 TTL = timedelta(days=365 * 50)  # MovieLens timestamps are from 1997-98
 
 user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING)
@@ -52,8 +54,25 @@ def definitions(features_dir: Path) -> list[Any]:
     activity_push = PushSource(
         name=USER_PUSH_SOURCE, batch_source=_source(features_dir, "user_activity")
     )
-    stats_push = PushSource(name=ITEM_PUSH_SOURCE, batch_source=_source(features_dir, "item_stats"))
-    user_profile = _view(
+    users = user_views(features_dir, activity_push)
+    items = item_views(features_dir)
+    return [
+        user,
+        item,
+        activity_push,
+        *users,
+        *items,
+        # What the ranker's user tower and ranking model read about a user
+        # (and the user's vector, computed for that profile)...
+        FeatureService(name="user_features", features=list[Any](users)),
+        # ...and about each candidate (also the gateway's titles and genres).
+        FeatureService(name="item_features", features=list[Any](items)),
+    ]
+
+
+def user_views(features_dir: Path, activity_push: PushSource) -> list[FeatureView]:
+    """A user's profile, activity and (artifacts since) stored vector."""
+    profile = _view(
         "user_profile",
         user,
         [
@@ -66,7 +85,7 @@ def definitions(features_dir: Path) -> list[Any]:
         ],
         _source(features_dir, "user_profile"),
     )
-    user_activity = _view(
+    activity = _view(
         "user_activity",
         user,
         [
@@ -77,7 +96,13 @@ def definitions(features_dir: Path) -> list[Any]:
         ],
         activity_push,
     )
-    item_profile = _view(
+    vectors = user_vector_view(features_dir)
+    return [profile, activity, *([vectors] if vectors is not None else [])]
+
+
+def item_views(features_dir: Path) -> list[FeatureView]:
+    stats_push = PushSource(name=ITEM_PUSH_SOURCE, batch_source=_source(features_dir, "item_stats"))
+    profile = _view(
         "item_profile",
         item,
         [
@@ -88,25 +113,33 @@ def definitions(features_dir: Path) -> list[Any]:
         ],
         _source(features_dir, "item_profile"),
     )
-    item_stats = _view(
+    stats = _view(
         "item_stats",
         item,
         [Field(name="popularity", dtype=Int64), Field(name="mean_rating", dtype=Float32)],
         stats_push,
     )
-    return [
+    return [profile, stats]
+
+
+def user_vector_view(features_dir: Path) -> FeatureView | None:
+    """Each user's vector, the model version that computed it and the
+    profile key it was computed for (pipelines/user_vectors.py); pushed
+    again by the features service when an event changes the profile. None
+    for an artifact built before them."""
+    if not (features_dir / f"{USER_VECTORS}.parquet").exists():
+        return None
+    push = PushSource(name=VECTOR_PUSH_SOURCE, batch_source=_source(features_dir, USER_VECTORS))
+    return _view(
+        USER_VECTORS,
         user,
-        item,
-        activity_push,
-        user_profile,
-        user_activity,
-        item_profile,
-        item_stats,
-        # What the ranker's user tower and ranking model read about a user...
-        FeatureService(name="user_features", features=[user_profile, user_activity]),
-        # ...and about each candidate (also the gateway's titles and genres).
-        FeatureService(name="item_features", features=[item_profile, item_stats]),
-    ]
+        [
+            Field(name="vector", dtype=Array(Float32)),
+            Field(name="model_version", dtype=String),
+            Field(name="profile_key", dtype=String),
+        ],
+        push,
+    )
 
 
 RECOMMENDATION_SLOTS = ("a", "b")
@@ -171,10 +204,13 @@ def apply_and_publish(
     feast_dir.mkdir(parents=True, exist_ok=True)
     store = FeatureStore(config=repo_config(feast_dir, redis_url))
     store.apply(definitions(artifact_dir.resolve() / "features"))
+    views = list(FEATURE_TABLE_VIEWS)
+    if user_vector_view(artifact_dir.resolve() / "features") is not None:
+        views.append(USER_VECTORS)
     store.materialize(
         datetime(1990, 1, 1, tzinfo=UTC),
         datetime.now(UTC) + timedelta(days=1),
-        feature_views=FEATURE_TABLE_VIEWS,  # the re-scoring publish writes its own views
+        feature_views=views,  # the re-scoring publish writes its own views
     )
     marker = published_marker(feast_dir, redis_url)
     tmp = marker.with_suffix(".tmp")

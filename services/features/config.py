@@ -31,6 +31,15 @@ class FeaturesSettings(ServiceSettings):
     refresh_interval_s: float = Field(
         5.0, ge=0, description="How often to look for a newly published artifact; 0 disables."
     )
+    ranker_addr: str = Field(
+        "",
+        description="The ranker, whose user tower computes a user's vector again after an "
+        "event changed their profile (off the request path); empty: not computed again, "
+        "so such a user is embedded on the way until the next build.",
+    )
+    embed_timeout_s: float = Field(
+        2.0, gt=0, description="Cap on each EmbedUser call to the ranker."
+    )
 
     @field_validator("redis_url")
     @classmethod

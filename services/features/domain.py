@@ -14,6 +14,7 @@ from services.features.events import EventWriter
 from services.features.items import ItemReader
 from services.features.records import Event, ItemRecord, UserRecord
 from services.features.users import UserReader
+from services.features.vectors import VectorRefresher
 
 __all__ = ["Event", "Features", "ItemRecord", "UserRecord"]
 
@@ -25,6 +26,7 @@ class Features:
         self.user_reader = UserReader(store, settings)
         self.item_reader = ItemReader(store, settings)
         self.event_writer = EventWriter(store, settings, self.user_reader, self.item_reader)
+        self.vectors = VectorRefresher(store, settings, self.user_reader)
 
     @property
     def catalogue(self) -> Catalogue[ItemRecord]:
@@ -47,5 +49,8 @@ class Features:
         self.item_reader.invalidate(item_ids)
 
     async def push(self, events: Sequence[Event]) -> int:
-        """Validates every event, then writes each user's new activity once."""
-        return await self.event_writer.push(events)
+        """Validates every event, then writes each user's new activity once;
+        their vectors are computed again off the request path."""
+        accepted = await self.event_writer.push(events)
+        self.vectors.changed(sorted({e.user_id for e in events}))
+        return accepted

@@ -27,6 +27,10 @@ class UserRecord:
     precomputed_item_ids: tuple[str, ...] = ()
     precomputed_run_id: str = ""
     attributes: Mapping[str, str] = field(default_factory=dict)  # declared, as text
+    # The user's vector (little-endian float32) and the model version that
+    # computed it, when it was computed for the profile above.
+    vector_f32: bytes = b""
+    vector_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ def plain(value: Value | None) -> object:
         return None
     if kind == "string_list_val":
         return list(value.string_list_val.val)
+    if kind == "float_list_val":
+        return list(value.float_list_val.val)
     return getattr(value, kind)
 
 

@@ -82,5 +82,6 @@ async def create_server(settings: FeaturesSettings) -> Service:
 
     service.run_in_background(watch_publishes)
     service.on_stop.append(features.catalogue.close)
+    service.cleanups.append(features.vectors.close)
     service.domain = features
     return service

@@ -28,6 +28,8 @@ def user_message(record: UserRecord) -> pb.UserFeatures:
         precomputed_item_ids=list(record.precomputed_item_ids),
         precomputed_run_id=record.precomputed_run_id,
         attributes=record.attributes,
+        vector_f32=record.vector_f32,
+        vector_version=record.vector_version,
     )
 
 

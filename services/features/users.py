@@ -7,22 +7,49 @@ re-scoring's precomputed list comes from the live run's slot view."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import cast
 
+import numpy as np
 from feast import FeatureStore, FeatureView
 from feast.errors import FeatureViewNotFoundException
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey
 from feast.protos.feast.types.Value_pb2 import Value
 
+from recserve_feast.repo import USER_VECTORS
 from recserve_kit.validation import check_id
 from recserve_model import published
 from recserve_model.attribute_features import texts_from_json
+from recserve_model.profile_key import profile_key
 from services.features.config import FeaturesSettings
 from services.features.records import UserRecord, plain, value_or
 
 log = logging.getLogger(__name__)
+
+
+def with_vector(
+    record: UserRecord, stored_key: object, vector: object, version: object
+) -> UserRecord:
+    """The record with its stored vector, when that was computed for this
+    very profile (its key matches); as it is otherwise."""
+    if not stored_key or not vector:
+        return record
+    key = profile_key(
+        record.age,
+        record.gender,
+        record.occupation,
+        record.rating_count,
+        record.mean_rating,
+        record.recent_item_ids,
+        record.attributes,
+    )
+    if key != stored_key:
+        return record  # the profile changed since: a stale vector is never served
+    return dataclasses.replace(
+        record, vector_f32=np.asarray(vector, dtype="<f4").tobytes(), vector_version=str(version)
+    )
 
 
 class UserReader:
@@ -32,6 +59,10 @@ class UserReader:
         self.user_service = store.get_feature_service("user_features")
         self._live: tuple[int, dict[str, object] | None] = (0, None)
         self._user_views: tuple[object, list[FeatureView]] = (None, [])
+
+    def stores_vectors(self) -> bool:
+        """Whether the published artifact stores users' vectors (built since)."""
+        return any(p.name == USER_VECTORS for p in self.user_service.feature_view_projections)
 
     def _live_run(self) -> dict[str, object] | None:
         """The published re-scoring run; re-read (and the registry refreshed,
@@ -86,6 +117,7 @@ class UserReader:
     ) -> list[UserRecord]:
         out = []
         attributes = rows.get("attributes", [])  # none in a store written before the field
+        keys = rows.get("profile_key")
         for i, user_id in enumerate(user_ids):
             # Only rows of the live run: a slot being rewritten may hold another.
             own = live is not None and rows["run_id"][i] == live["run_id"]
@@ -113,6 +145,8 @@ class UserReader:
                     attributes=texts_from_json(value_or(attributes, i, "")),
                 )
             )
+            if keys:  # an artifact built before stored vectors has none
+                out[-1] = with_vector(out[-1], keys[i], rows["vector"][i], rows["model_version"][i])
         return out
 
     async def user(self, user_id: str) -> UserRecord:

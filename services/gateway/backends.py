@@ -84,9 +84,20 @@ class Backends:
         )
         return reply.user
 
-    async def embed(self, stages: Stages, profile: fpb.UserFeatures) -> Embedded:
-        """The user's vector: from the cache when this profile was embedded by
-        the model version in use, else from the ranker (and cached)."""
+    async def embed(
+        self, stages: Stages, profile: fpb.UserFeatures, user: fpb.UserFeatures | None = None
+    ) -> Embedded:
+        """The user's vector: the one the features service stored for this
+        very profile when it is of the version the user is on; else from the
+        cache when this profile was embedded by that version; else from the
+        ranker (and cached)."""
+        if (
+            user is not None
+            and user.vector_f32
+            and self.user_vectors.usable(user.vector_version, user.user_id)
+        ):
+            stages.cached("embed")
+            return Embedded(user.vector_f32, user.vector_version)
         key = UserVectors.key(profile)
         cached = self.user_vectors.get(key, profile.user_id)
         if cached is not None:

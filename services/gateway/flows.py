@@ -37,7 +37,7 @@ class Flows:
         seen = list(user.seen_item_ids)
         profile = ranker_profile(user)
         try:
-            embedded = await self.backends.embed(stages, profile)
+            embedded = await self.backends.embed(stages, profile, user)
             exclude = list(query.exclude_item_ids)
             exclude += seen[: max(0, RETRIEVER_EXCLUDE_LIMIT - len(exclude))]
             ids, scores = await self.backends.search(
@@ -80,7 +80,7 @@ class Flows:
         if user is None or not user.found:
             return await self._rank_and_merge(query, None, None, ids, scores, stages)
         profile = ranker_profile(user)
-        embedded = await self.backends.embed(stages, profile)
+        embedded = await self.backends.embed(stages, profile, user)
         return await self._rank_and_merge(query, profile, embedded, ids, scores, stages)
 
     async def _rank_and_merge(

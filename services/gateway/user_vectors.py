@@ -30,6 +30,7 @@ LOOKUPS = Counter(
     "recserve_gateway_user_vector_cache_total", "User-vector cache lookups.", ["result"]
 )
 HIT, MISS = LOOKUPS.labels("hit"), LOOKUPS.labels("miss")
+STORED = LOOKUPS.labels("stored")  # the features service's stored vector was used
 
 
 class UserVectors:
@@ -51,6 +52,16 @@ class UserVectors:
             return None
         stable, candidates, share = self.split
         return version_at(user_position(user_id), stable, candidates, share)
+
+    def usable(self, version: str, user_id: str) -> bool:
+        """Whether a vector of ``version`` may serve this user (a stored one):
+        the version the user is on, as far as the ranker has said; before it
+        has said, one it answered with lately, or any before the first answer."""
+        wanted = self.version_of(user_id)
+        ok = version == wanted if wanted else (not self.versions or version in self.versions)
+        if ok:
+            STORED.inc()
+        return ok
 
     def get(self, key: bytes, user_id: str = "") -> tuple[bytes, str] | None:
         """(vector_f32, model version) when cached for the version in use."""

@@ -15,6 +15,8 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
 from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc, recommend_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
@@ -264,3 +266,43 @@ def test_lists_shown_and_their_events_stream_into_prometheus(stack):
         timeout=5,
     )
     assert counts()[2] == unattributed + 1
+
+
+def test_a_known_users_vector_comes_with_their_features_and_again_after_an_event(
+    stack, channel, events
+):
+    """No embed call for a known user: the features service serves the
+    vector the build stored for their profile, and the gateway uses it. An
+    event changes the profile; the features service computes the vector
+    again (the ranker's EmbedUser, off the request path) for the new one."""
+    features = features_pb2_grpc.FeatureServiceStub(stack.internal_channel("features"))
+
+    def stored(user_id):
+        user = features.GetUserFeatures(fpb.GetUserFeaturesRequest(user_id=user_id), timeout=5)
+        return user.user
+
+    one = stack.gateway_channels()[0]
+    recommend = recommend_pb2_grpc.RecommendServiceStub(one)
+    user = stored("88")
+    assert len(user.vector_f32) == 64 * 4 and user.vector_version
+    before = metric_sum(stack.metrics("gateway", 0), "recserve_gateway_user_vector_cache_total",
+                        result="stored")  # fmt: skip
+    shown = full_answer(recommend, "88", k=5)
+    after = metric_sum(stack.metrics("gateway", 0), "recserve_gateway_user_vector_cache_total",
+                       result="stored")  # fmt: skip
+    assert after >= before + 1 and shown.model_version == user.vector_version
+    event = rating(
+        "vector-88", shown.items[0].item_id, 5.0, recommendation_id=shown.recommendation_id
+    )
+    event.user_id = "88"
+    events.PushEvents(epb.PushEventsRequest(events=[event]), metadata=as_app(stack), timeout=5)
+    acknowledged = time.monotonic()
+    fresh = poll_until(
+        lambda: (u := stored("88")).vector_f32 and u.rating_count == user.rating_count + 1 and u,
+        10, 0.01, "user 88's vector computed for the new profile",
+    )  # fmt: skip
+    print(f"vector recomputed {1000 * (time.monotonic() - acknowledged):.0f} ms after the event")
+    assert fresh.vector_f32 != user.vector_f32 and fresh.recent_item_ids[0] == event.item_id
+    written = metric_sum(stack.metrics("features"), "recserve_features_user_vectors_total",
+                         result="written")  # fmt: skip
+    assert written >= 1

@@ -8,6 +8,7 @@ import logging
 from datetime import UTC, datetime
 
 import grpc
+import numpy as np
 import pandas as pd
 import pytest
 import redis
@@ -15,6 +16,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from recserve.features.v1 import features_pb2 as pb
 from recserve.features.v1 import features_pb2_grpc
+from recserve.ranker.v1 import ranker_pb2 as rpb
+from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_kit.item_watch import ItemWatch
 from services.features.config import FeaturesSettings
 from services.features.server import create_server
@@ -267,3 +270,71 @@ async def test_a_clean_stop_with_a_watcher_connected_logs_no_error(built, tmp_pa
         assert await call.code() == grpc.StatusCode.OK  # the stream finished, not cancelled
     await channel.close()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+class StandInRanker(ranker_pb2_grpc.RankerServiceServicer):
+    """EmbedUser only: a vector that says which profile it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def EmbedUser(self, request, context):
+        self.asked.append(request.user.user_id)
+        vector = np.full(64, float(request.user.rating_count), dtype="<f4")
+        return rpb.EmbedUserResponse(vector_f32=vector.tobytes(), model_version="stand-in")
+
+
+async def test_a_users_stored_vector_is_served_only_for_its_profile_and_recomputed_after_an_event(
+    built, tmp_path
+):
+    """The build stores every user's vector with the profile it was computed
+    for: GetUserFeatures carries it while the profile is unchanged; an event
+    changes the profile, the stale vector is not served, and the user's
+    vector is computed again (the ranker's EmbedUser, here a stand-in) and
+    served with the new profile."""
+    stored = pd.read_parquet(built.directory / "features" / "user_vectors.parquet")
+    stored = stored.set_index("user_id")
+    ranker = grpc.aio.server()
+    stand_in = StandInRanker()
+    ranker_pb2_grpc.add_RankerServiceServicer_to_server(stand_in, ranker)
+    port = ranker.add_insecure_port("127.0.0.1:0")
+    await ranker.start()
+    data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
+    settings = FeaturesSettings(
+        port=0, data_dir=data_dir, shutdown_drain_s=0, refresh_interval_s=0,
+        ranker_addr=f"127.0.0.1:{port}",
+    )  # fmt: skip
+    service = await create_server(settings)
+    await service.start()
+    channel = grpc.aio.insecure_channel(service.address)
+    stub = features_pb2_grpc.FeatureServiceStub(channel)
+    try:
+        for user_id in ("1", "42", "943"):
+            user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=user_id))).user
+            assert user.vector_version == built.version
+            np.testing.assert_array_equal(
+                np.frombuffer(user.vector_f32, "<f4"), stored.loc[user_id, "vector"]
+            )
+        when = Timestamp()
+        when.FromDatetime(datetime.now(UTC))
+        event = pb.UserEvent(user_id="42", item_id="11", rating=4.0, event_time=when)
+        await stub.PushUserEvents(pb.PushUserEventsRequest(events=[event]))
+        changed = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="42"))).user
+        # At once: the build's vector, computed for the profile before, is not served.
+        assert changed.vector_version != built.version
+
+        async def recomputed() -> bool:
+            user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="42"))).user
+            return user.vector_version == "stand-in"
+
+        await apoll_until(recomputed, 10, 0.05)
+        user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="42"))).user
+        vector = np.frombuffer(user.vector_f32, "<f4")
+        assert vector[0] == user.rating_count  # computed for the profile after the event
+        assert stand_in.asked == ["42"]
+        other = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="1"))).user
+        assert other.vector_version == built.version  # untouched
+    finally:
+        await channel.close()
+        await service.stop(0)
+        await ranker.stop(0)

@@ -523,3 +523,23 @@ async def test_late_triton_calls_run_on_and_their_number_is_bounded(setup, trito
     vector, _ = await ranker.embed_user(user, 5.0)
     assert vector.shape == (64,) and triton.process.poll() is None
     await ranker.close()
+
+
+async def test_the_builds_stored_user_vectors_are_what_triton_computes(built, ranker, catalog):
+    """The vectors the build stores for every user (pipelines/user_vectors.py,
+    served by the features service instead of an embed call) equal what the
+    user tower in Triton computes for the same profiles."""
+    stub, _, _ = ranker
+    users, _ = catalog
+    stored = pd.read_parquet(built.directory / "features" / "user_vectors.parquet")
+    stored = stored.set_index("user_id")
+    assert len(stored) == len(users) and set(stored["model_version"]) == {built.version}
+    for row in range(0, len(users), 47):
+        user = users.iloc[row]
+        embedded = await stub.EmbedUser(pb.EmbedUserRequest(user=user_message(user)))
+        np.testing.assert_allclose(
+            np.frombuffer(embedded.vector_f32, "<f4"),
+            stored.loc[user.user_id, "vector"],
+            rtol=1e-5,
+            atol=1e-6,
+        )
