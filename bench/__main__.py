@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "features": "bench.commands.components.features:features",
     "ranker": "bench.commands.components.ranker:ranker",
     "retriever": "bench.commands.components.retriever:retriever",
+    "search": "bench.commands.components.search:search",
     "report": "bench.commands.serving.report:report",
     "rescore": "bench.commands.components.rescore:rescore",
     "cpu": "bench.commands.serving.cpu:cpu",

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from feast import Entity, FeatureService, FeatureStore, FeatureView, Field, FileSource, PushSource
 from feast.repo_config import RepoConfig
 from feast.types import Array, Float32, Int64, String
@@ -70,6 +71,16 @@ def definitions(features_dir: Path) -> list[Any]:
     ]
 
 
+def attributes_field(features_dir: Path, table: str) -> list[Field]:
+    """The declared attributes the models read (JSON of texts,
+    recserve_model.attribute_features), any dataset's in one field; none in
+    an artifact built before them (the features service serves it as before)."""
+    path = features_dir / f"{table}.parquet"
+    if path.exists() and "attributes" not in pq.read_schema(path).names:
+        return []
+    return [Field(name="attributes", dtype=String)]
+
+
 def user_views(features_dir: Path, activity_push: PushSource) -> list[FeatureView]:
     """A user's profile, activity and (artifacts since) stored vector."""
     profile = _view(
@@ -79,9 +90,7 @@ def user_views(features_dir: Path, activity_push: PushSource) -> list[FeatureVie
             Field(name="age", dtype=Int64),
             Field(name="gender", dtype=String),
             Field(name="occupation", dtype=String),
-            # The declared attributes the models read (JSON of texts,
-            # recserve_model.attribute_features): any dataset's, one field.
-            Field(name="attributes", dtype=String),
+            *attributes_field(features_dir, "user_profile"),
         ],
         _source(features_dir, "user_profile"),
     )
@@ -109,7 +118,7 @@ def item_views(features_dir: Path) -> list[FeatureView]:
             Field(name="title", dtype=String),
             Field(name="year", dtype=Int64),
             Field(name="genres", dtype=Array(String)),
-            Field(name="attributes", dtype=String),
+            *attributes_field(features_dir, "item_profile"),
         ],
         _source(features_dir, "item_profile"),
     )

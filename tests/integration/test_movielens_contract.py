@@ -59,9 +59,13 @@ def test_the_build_sees_movielens_frames_through_the_contract(ml100k):
     assert frames.interactions["rating"].dtype == np.float32
     assert frames.interactions["timestamp"].dtype == np.int64
     assert frames.interactions["rating"].sum() == 352_986
-    assert list(frames.items.columns) == ["item_id", "title", "year", "genres"]
+    assert list(frames.items.columns) == ["item_id", "title", "year", "genres", "attributes"]
     assert frames.items["year"].dtype == np.int32 and (frames.items["year"] == 0).sum() == 2
-    assert list(frames.users.columns) == ["user_id", "age", "gender", "occupation"]
+    cols = ["user_id", "age", "gender", "occupation", "attributes"]
+    assert list(frames.users.columns) == cols
+    # MovieLens declares nothing beyond the encoder's fixed columns: nothing more learned.
+    assert set(frames.items["attributes"]) == set(frames.users["attributes"]) == {"{}"}
+    assert frames.item_learned == frames.user_learned == {}
     assert frames.name == "ml100k"
 
 
@@ -83,4 +87,5 @@ def test_the_ml1m_import_passes_with_ids_mapped_to_the_policy(tmp_path):
     assert dataset.shape_problems(data) == []
     frames = dataset.movielens_frames(data)
     assert len(frames.interactions) == 1_000_209 and frames.name == "ml1m"
-    assert set(frames.users.columns) == {"user_id", "age", "gender", "occupation"}
+    assert set(frames.users.columns) == {"user_id", "age", "gender", "occupation", "attributes"}
+    assert frames.item_learned == frames.user_learned == {}  # source_id is text: kept only

@@ -127,3 +127,17 @@ def test_the_build_fits_the_declared_attributes_of_a_dataset(tmp_path):
     assert stored == ['{"brand":"acme","price":"10"}', "{}"]
     fitted = fit_attributes(pd.Series(stored), kinds)
     assert [f["name"] for f in fitted] == ["brand", "price"] and fitted[0]["values"] == ["acme"]
+
+
+def test_feast_serves_an_artifact_from_before_declared_attributes_and_stored_vectors(tmp_path):
+    """Its tables have no attributes column and no user vectors: the views
+    leave those fields out instead of failing to publish it."""
+    from recserve_feast.repo import attributes_field, user_vector_view
+
+    pd.DataFrame({"user_id": ["1"], "age": [30]}).to_parquet(tmp_path / "user_profile.parquet")
+    pd.DataFrame({"item_id": ["1"], "attributes": ["{}"]}).to_parquet(
+        tmp_path / "item_profile.parquet"
+    )
+    assert attributes_field(tmp_path, "user_profile") == []
+    assert [f.name for f in attributes_field(tmp_path, "item_profile")] == ["attributes"]
+    assert user_vector_view(tmp_path) is None
