@@ -39,6 +39,12 @@ class GatewaySettings(ServiceSettings):
         1.0, gt=0, description="Below this much budget a stage is not attempted: fallback."
     )
     candidates: int = Field(200, ge=1, le=1000, description="Retrieved before ranking.")
+    stored_vectors: bool = Field(
+        True,
+        description="Use the user's vector the features service stores for their profile "
+        "(no embed stage when it is of the user's version); false: embed on the way "
+        "(or from the cache) as before stored vectors.",
+    )
     user_vector_cache_size: int = Field(
         50_000,
         ge=0,
