@@ -128,10 +128,12 @@ async def create_server(settings: GatewaySettings) -> Service:
         while settings.fallback_refresh_s:
             await asyncio.sleep(settings.fallback_refresh_s)
             try:
-                popular.reload()
+                # In a thread: a new artifact is verified first (gigabytes
+                # for a large catalogue); the lists swap in whole.
+                await asyncio.to_thread(popular.reload)
                 impressions.arms.reload()
                 if segments is not None:
-                    segments.reload()
+                    await asyncio.to_thread(segments.reload)
             except (OSError, ValueError, KeyError, ArtifactError) as exc:
                 log.error("keeping the previous fallback lists: %s", exc)
 

@@ -67,6 +67,7 @@ class ModelVersions:
         self.settings = settings
         self.triton = triton
         self.loaded: Loaded | None = None  # the stable version
+        self._loading: asyncio.Task[None] | None = None  # the first load, once started
         self.versions: dict[str, Loaded] = {}  # loaded and warmed up, by artifact version
         self.rollout: Rollout | None = None  # set once the first version is loaded
         self._load_lock = asyncio.Lock()
@@ -138,18 +139,15 @@ class ModelVersions:
         return current if current in ranking else max(ranking, key=lambda v: ranking[v])
 
     async def models_ready(self) -> bool:
-        """Health: Triton answers and both models of the pinned version are ready."""
+        """Health: Triton answers and both models of the pinned version are
+        ready. The first load runs as a task of its own, which the probe only
+        looks at: a large artifact's checksums and tables take longer than a
+        probe waits, and a probe's timeout must not cancel and restart it."""
         loaded = self.loaded
         if loaded is None:
-            try:
-                await self._initial_load()
-            except NOT_READY_YET as exc:
-                log.debug("initial load not possible yet: %s", exc)
-                return False
-            except rollout_state.RolloutStateError as exc:
-                log.error("%s; fix or remove it to start", exc)
-                return False
-            loaded = self.current()
+            if self._loading is None or self._loading.done():
+                self._loading = asyncio.create_task(self._first_load())
+            return False
         try:
             return await self.triton.ready(
                 self.settings.user_model, loaded.user_model_version
@@ -157,12 +155,21 @@ class ModelVersions:
         except InferenceServerException:
             return False
 
+    async def _first_load(self) -> None:
+        try:
+            await self._initial_load()
+        except NOT_READY_YET as exc:
+            log.debug("initial load not possible yet: %s", exc)
+        except rollout_state.RolloutStateError as exc:
+            log.error("%s; fix or remove it to start", exc)
+
     async def _prepare(self, version: str) -> Loaded:
         """Both models of ``version`` loaded in Triton and warmed up."""
         known = self.versions.get(version)
         if known is not None:
             return known
-        target = self._resolve(version)
+        # Checksums and tables off the event loop (gigabytes for a large catalogue).
+        target = await asyncio.to_thread(self._resolve, version)
         await self.triton.ensure_loaded(self.settings.user_model, target.user_model_version)
         await self.triton.ensure_loaded(self.settings.ranking_model, target.ranking_model_version)
         await self._warm_up(target)
