@@ -25,6 +25,7 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, Unavailable
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import vectors_or_zeros
 from recserve_model.encoding import Encoder
+from services.ranker.coalescer import Coalescer, Track
 from services.ranker.config import RankerSettings
 from services.ranker.item_table import ItemTable
 from services.ranker.shadow import Shadow
@@ -101,6 +102,11 @@ class Ranker:
         self.models = ModelVersions(settings, self.triton)
         self.items = ItemTable()
         self.shadow = Shadow(settings.shadow_max_in_flight, lambda: self.triton.abandoned > 0)
+        self.coalescer = (
+            Coalescer(settings.coalesce_in_flight, settings.coalesce_max_rows)
+            if settings.coalesce_in_flight
+            else None
+        )
 
     @property
     def abandoned(self) -> int:
@@ -333,14 +339,7 @@ class Ranker:
             # (infra/triton/onnx_model.py).
             ("user_affinity", np.broadcast_to(user_affinity, (n, AFFINITY_RANK))),
         ]
-        scores = await self.triton.infer(
-            self.settings.ranking_model,
-            loaded.ranking_model_version,
-            inputs,
-            "score",
-            query.timeout_s,
-            self.models.tracker(loaded.version, timed=True),
-        )
+        scores = await self._rank(loaded, inputs, query.timeout_s)
         if not np.isfinite(scores).all():
             # Never served: a candidate's request is answered by the stable
             # version; the stable version's is an error the gateway degrades.
@@ -351,6 +350,21 @@ class Ranker:
         if query.explain and loaded.affinity is not None:
             affinity = loaded.affinity.scores(user_affinity[0], rows)
         return Scored(scores[:, 0], loaded.version, int((rows == 0).sum()), affinity)
+
+    async def _rank(self, loaded: Loaded, inputs: list[Tensor], timeout_s: float) -> np.ndarray:
+        """One ranking inference, merged with others of its version while the
+        model is busy when the adaptive window is on (``coalescer``)."""
+        model, number = self.settings.ranking_model, loaded.ranking_model_version
+        track = self.models.tracker(loaded.version, timed=True)
+        if self.coalescer is None:
+            return await self.triton.infer(model, number, inputs, "score", timeout_s, track)
+
+        def send(
+            merged: list[Tensor], timeout: float, tracks: Track | None
+        ) -> Awaitable[np.ndarray]:
+            return self.triton.infer(model, number, merged, "score", timeout, tracks)
+
+        return await self.coalescer.infer((model, number), send, inputs, timeout_s, track)
 
     async def close(self) -> None:
         await self.shadow.close()

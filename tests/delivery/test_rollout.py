@@ -314,6 +314,27 @@ def test_an_equal_model_passes_the_guardrail_and_is_promoted(stack, admin, built
     assert done.history[-1].figures["candidate_lists"] >= 115  # the sample, reached first
 
 
+def test_a_better_model_is_promoted_with_the_guardrail_on(stack, admin, built):
+    """The stable pinned to a worse model (the reversed one, by LoadModel),
+    the built model rolled out against it under simulated users: it
+    converts more, the guardrail lets the judge promote it, and everyone is
+    on it after."""
+    worse = publish_variant(stack, built, "worse-stable", "reversed")
+    token = (stack.data_dir / "auth" / "admin.token").read_text().strip()
+    with grpc.insecure_channel(stack.envoy_address) as channel:
+        ranker = ranker_pb2_grpc.RankerServiceStub(channel)
+        metadata = [("authorization", f"Bearer {token}")]
+        ranker.LoadModel(kpb.LoadModelRequest(version=worse), metadata=metadata, timeout=120)
+    assert admin("GetRollout").stable_version == worse
+    better = publish_variant(stack, built, "better")
+    done, result = guarded_rollout(stack, admin, built, better, alpha=0.05)
+    assert done.status == "promoted" and done.stable_version == better, done
+    figures = done.history[-1].figures
+    assert figures["candidate_conversion"] > figures["stable_conversion"]
+    stable, candidate = result.by_version[worse], result.by_version[better]
+    assert candidate[1] / candidate[0] > stable[1] / stable[0]  # the simulator saw it too
+
+
 def test_an_ab_experiment_runs_its_time_and_the_report_compares_the_arms(
     stack, admin, built, tmp_path
 ):

@@ -543,3 +543,54 @@ async def test_the_builds_stored_user_vectors_are_what_triton_computes(built, ra
             rtol=1e-5,
             atol=1e-6,
         )
+
+
+async def test_the_adaptive_window_merges_concurrent_scores_into_fewer_triton_requests(
+    setup, triton, catalog
+):
+    """With the window on (coalesce_in_flight), 32 concurrent Scores reach
+    Triton as fewer requests than Scores, and each gets exactly the scores
+    it gets alone."""
+    import tritonclient.grpc.aio as triton_aio
+
+    root, repository, _ = setup
+    settings = RankerSettings(
+        port=0, data_dir=root, triton_url=triton.grpc_url, triton_repository=repository,
+        shutdown_drain_s=0, health_interval_s=0.1, coalesce_in_flight=1,
+    )  # fmt: skip
+    service = await create_server(settings)
+    await service.start()
+    await apoll_until(lambda: service.domain.models_ready(), 60)
+    channel = grpc.aio.insecure_channel(service.address)
+    stub = ranker_pb2_grpc.RankerServiceStub(channel)
+    users, items = catalog
+    vector = [0.1] * 64
+
+    def request(i):
+        return pb.ScoreRequest(
+            user=user_message(users.iloc[i]),
+            candidates=candidates(items, 50, i),
+            user_vector=vector,
+        )
+
+    try:
+        alone = [(await stub.Score(request(i))).scores for i in range(32)]
+        async with triton_aio.InferenceServerClient(triton.grpc_url) as client:
+
+            async def requests_so_far() -> int:
+                stats = await client.get_inference_statistics("ranker", as_json=True)
+                return sum(
+                    int(s["inference_stats"]["success"].get("count", 0))
+                    for s in stats["model_stats"]
+                )
+
+            before = await requests_so_far()
+            together = await asyncio.gather(*(stub.Score(request(i)) for i in range(32)))
+            await asyncio.sleep(0.5)  # Triton counts just after answering
+            sent = await requests_so_far() - before
+        assert sent < 32, sent
+        for mine, reply in zip(alone, together, strict=True):
+            np.testing.assert_allclose(reply.scores, mine, rtol=1e-5, atol=1e-6)
+    finally:
+        await channel.close()
+        await service.stop(0)
