@@ -79,19 +79,21 @@ def test_a_good_gateway_build_goes_to_all_traffic_with_mirroring(data_dir):
 
 
 def test_a_slow_gateway_build_is_rolled_back(data_dir):
-    # The build under test reaches the ranker through a link 100 ms slow each
-    # way up (its stage caps raised to wait for it): about 200 ms slower.
+    # The build under test reaches the ranker through a link 200 ms slow each
+    # way (its stage caps raised to wait for it): its Score, the one ranker
+    # call of a known user (whose vector comes with their features), is about
+    # 400 ms slower.
     def slow(env: dict[str, str]) -> dict[str, str]:
         proxy.upstream = ("127.0.0.1", int(env["RECSERVE_STACK_RANKER_PORT"]))
         return {
             "RECSERVE_GATEWAY_RANKER_ADDR": proxy.address,
-            "RECSERVE_GATEWAY_EMBED_MS": "300",
-            "RECSERVE_GATEWAY_RANK_MS": "300",
-            "RECSERVE_GATEWAY_BUDGET_MS": "1000",
+            "RECSERVE_GATEWAY_EMBED_MS": "600",
+            "RECSERVE_GATEWAY_RANK_MS": "600",
+            "RECSERVE_GATEWAY_BUDGET_MS": "1500",
         }
 
     with (
-        DelayProxy(0.1) as proxy,
+        DelayProxy(0.2) as proxy,
         running_stack(data_dir, canary=slow) as stack,
         Load(stack.envoy_address) as load,
     ):
