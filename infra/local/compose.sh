@@ -70,13 +70,26 @@ up() {
   # (measured here: 5.5 min instead of 9.5 from cold).
   "${COMPOSE[@]}" build --parallel
   local built=$SECONDS
-  "${COMPOSE[@]}" up -d "$@"
-  wait_healthy envoy
+  "${COMPOSE[@]}" up -d "$@" || { show_failure; return 1; }
+  wait_healthy envoy || { show_failure; return 1; }
   local healthy=$SECONDS
-  first_full_answer
+  first_full_answer || { show_failure; return 1; }
   echo "built in $((built - start)) s; up to healthy in $((healthy - built)) s," \
     "to the first full answer in $((SECONDS - built)) s"
   "${COMPOSE[@]}" ps
+}
+
+show_failure() {
+  # What CI needs to see before `down` removes it: every container's state and
+  # the last lines of each one that is not running healthy.
+  docker ps -a --filter "label=com.docker.compose.project=$PROJECT" \
+    --format '{{.Names}}\t{{.Status}}' >&2
+  local name
+  for name in $(docker ps -a --filter "label=com.docker.compose.project=$PROJECT" \
+    --format '{{.Names}} {{.Status}}' | grep -v '(healthy)' | cut -d' ' -f1); do
+    echo "--- $name (last 30 lines)" >&2
+    docker logs --tail 30 "$name" >&2 2>&1 || true
+  done
 }
 
 first_full_answer() {

@@ -13,17 +13,17 @@ its figures and counted in metrics.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
 from recserve_delivery import state as rollout_state
+from recserve_delivery.assignment import user_position, version_at
 from recserve_delivery.outcomes import ArmOutcomes
 from recserve_delivery.state import Figures, Guardrail, RolloutState, Triggers, Verdict, judge
 from recserve_delivery.windows import RolloutMetrics, VersionWindow
@@ -35,20 +35,6 @@ log = logging.getLogger(__name__)
 
 HOLD_LOG_S = 10.0
 STATUSES: tuple[str, ...] = get_args(rollout_state.Status)
-
-
-def user_position(user_id: str) -> float:
-    """Where a user falls in [0, 100): the same on every process and restart."""
-    digest = hashlib.blake2b(user_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64 * 100.0
-
-
-def version_at(position: float, stable: str, candidates: Sequence[str], share: float) -> str:
-    """The version of a user at ``position``: the n-th candidate on
-    [n x share, (n + 1) x share), the stable beyond the last."""
-    if share > 0 and position < share * len(candidates):
-        return candidates[int(position // share)]
-    return stable
 
 
 @dataclass(frozen=True)

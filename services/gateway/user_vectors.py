@@ -24,7 +24,7 @@ from prometheus_client import Counter
 
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.ranker.v1 import ranker_pb2 as rpb
-from recserve_delivery.rollout import user_position, version_at
+from recserve_delivery.assignment import user_position, version_at
 
 LOOKUPS = Counter(
     "recserve_gateway_user_vector_cache_total", "User-vector cache lookups.", ["result"]

@@ -16,15 +16,48 @@ LOCAL |= {"recserve_delivery", "recserve_feast", "recserve_cli", "recserve_data"
 SHARED = ["libs/recserve_kit", "libs/recserve_model", "gen/python/recserve"]
 
 
+SEARCH_ROOTS = [ROOT, ROOT / "libs", ROOT / "apps", ROOT / "gen" / "python"]
+
+
+def module_file(name: str) -> Path | None:
+    """The file of a first-party module, or None for a third-party one."""
+    parts = name.split(".")
+    for base in SEARCH_ROOTS:
+        for depth in range(len(parts), 0, -1):
+            stem = base.joinpath(*parts[:depth])
+            for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+                if candidate.is_file():
+                    return candidate
+    return None
+
+
 def imported_modules(folders: list[Path]) -> set[str]:
+    """Third-party top-level modules imported by the code in ``folders`` and
+    by every first-party module it reaches: a library the image's code
+    imports needs its own imports in the image too."""
+    queue = [p for f in folders for p in ([f] if f.is_file() else f.rglob("*.py"))]
+    seen: set[Path] = set()
     names: set[str] = set()
-    for folder in folders:
-        for path in [folder] if folder.is_file() else folder.rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Import):
-                    names.update(a.name.split(".")[0] for a in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names.add(node.module.split(".")[0])
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top in LOCAL:
+                    found = module_file(module)
+                    if found is not None:
+                        queue.append(found)
+                else:
+                    names.add(top)
     return names - set(sys.stdlib_module_names) - LOCAL
 
 
