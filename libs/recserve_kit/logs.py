@@ -36,9 +36,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class CallerGoneFilter(logging.Filter):
+    """grpc's asyncio server logs an ERROR with a traceback when a reply
+    cannot be sent because the call has already ended: the caller cancelled
+    it or its deadline passed while the handler ran. Under overload that is
+    the expected end of a stage the gateway gave up on (its answer is
+    degraded and marked), not a fault of this process: one warning line
+    saying so, without the traceback."""
+
+    MARKER = "ExecuteBatchError raised in core by servicer method "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "grpc._cython.cygrpc" and record.levelno >= logging.ERROR:
+            message = record.getMessage()
+            if message.startswith(self.MARKER):
+                method = message[len(self.MARKER) :].strip("[]")
+                record.msg = (
+                    "reply to %s not sent: the call had ended (cancelled or past its deadline)"
+                )
+                record.args = (method,)
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+                record.exc_info = record.exc_text = None
+        return True
+
+
 def setup_logging(service: str, level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter(service))
+    handler.addFilter(CallerGoneFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
