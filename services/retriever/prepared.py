@@ -78,6 +78,18 @@ class Preparer:
         directory = artifacts.artifacts_root(r.settings.data_dir) / version
         if not directory.is_dir():
             raise NotFound(f"model_version: no artifact {version!r}")
+        held = r.prepared
+        # The held version answers before any verification: `rollout start`
+        # asks once a second, and hashing a 10^6-item artifact each time
+        # would keep a core busy for the whole build.
+        if held is not None and held.version == version:
+            if held.store is not None:
+                # A new rollout of it: one that ended before now is not its own.
+                held.asked_at = time.time()
+                self._record(held, held.store)
+                return Preparation(READY, held.store.generation, own_generation=True)
+            if held.task is not None and not held.task.done():
+                return Preparation(BUILDING, "", own_generation=True)
         try:
             manifest = await asyncio.to_thread(artifacts.verify, directory)
         except artifacts.ArtifactError as exc:
@@ -86,13 +98,13 @@ class Preparer:
         current = r._store()
         if digest and digest == r.items_sha256:
             return Preparation(READY, current.generation, own_generation=False)
-        held = r.prepared
-        if held is not None and held.version == version:
-            if held.store is not None:
-                return Preparation(READY, held.store.generation, own_generation=True)
-            if held.task is not None and not held.task.done():
-                return Preparation(BUILDING, "", own_generation=True)
         if held is not None:
+            in_use = self._rollout_arms()
+            if held.version in in_use:
+                raise FailedPrecondition(
+                    f"model_version: {held.version} is prepared for the running rollout "
+                    f"(its users search its items); end that rollout before preparing {version}"
+                )
             await self.drop(f"{version} is prepared instead")
         dimension = EncodingSpec.load(directory / "encoding.json").embedding_dim
         prepared = Prepared(version, digest, dimension, asked_at=time.time())
@@ -110,14 +122,7 @@ class Preparer:
                 store.drop()
                 return
             prepared.store = store
-            recorded = Recorded(
-                store.generation,
-                store.dimension,
-                prepared.version,
-                prepared.items_sha256,
-                prepared.asked_at,
-            )
-            r.generations.record_prepared(recorded)
+            self._record(prepared, store)
             log.info(
                 "prepared model version",
                 extra={"fields": {"version": prepared.version, "generation": store.generation}},
@@ -129,6 +134,26 @@ class Preparer:
         except Exception as exc:
             prepared.error = str(exc)
             log.exception("preparing %s failed", prepared.version)
+
+    def _record(self, prepared: Prepared, store: VectorStore) -> None:
+        """Kept across restarts, with the time it was last asked for."""
+        recorded = Recorded(
+            store.generation,
+            store.dimension,
+            prepared.version,
+            prepared.items_sha256,
+            prepared.asked_at,
+        )
+        self.retriever.generations.record_prepared(recorded)
+
+    def _rollout_arms(self) -> list[str]:
+        """The candidate versions of a rollout that is running or paused."""
+        try:
+            state = rollout_state.load(self.retriever.settings.data_dir)
+        except rollout_state.RolloutStateError as exc:
+            log.warning("cannot read the rollout state: %s", exc)
+            return []
+        return state.candidates if state is not None and state.active else []
 
     async def drop(self, reason: str) -> None:
         """Forgets the prepared version and removes its generation."""
@@ -159,7 +184,7 @@ class Preparer:
             return
         if (
             state is not None
-            and state.candidate == prepared.version
+            and prepared.version in state.candidates
             and state.status in ENDED
             and state.ended_at >= prepared.asked_at
         ):

@@ -30,15 +30,17 @@ from tests.helpers import apoll_until, data_dir_for_versions
 ROTATED = "-retrained"
 
 
-def rotated_artifact(data_dir, version: str) -> tuple[str, np.ndarray]:
+def rotated_artifact(
+    data_dir, version: str, suffix: str = ROTATED, seed: int = 5
+) -> tuple[str, np.ndarray]:
     """A copy of ``version`` whose item vectors are turned by a rotation."""
     root = artifacts.artifacts_root(data_dir)
-    target = root / f"{version}{ROTATED}"
+    target = root / f"{version}{suffix}"
     shutil.copytree((root / version).resolve(), target)
     (target / artifacts.MANIFEST).unlink()
     frame = pd.read_parquet(target / "item_vectors.parquet")
     vectors = np.stack(frame["vector"].to_numpy()).astype(np.float32)
-    rotation, _ = np.linalg.qr(np.random.default_rng(5).standard_normal((64, 64)))
+    rotation, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((64, 64)))
     turned = (vectors @ rotation).astype(np.float32)
     frame["vector"] = list(turned)
     frame.to_parquet(target / "item_vectors.parquet", index=False)
@@ -179,3 +181,32 @@ async def test_preparing_an_unknown_or_malformed_version_is_refused(retriever):
         await stub.PrepareModelVersion(pb.PrepareModelVersionRequest(model_version="../x"))
     assert malformed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert malformed.value.details().startswith("model_version")
+
+
+async def test_a_version_held_for_a_running_rollout_stays_until_that_rollout_ends(retriever, built):
+    data_dir, service, stub, retrained, _ = retriever
+    await prepared(stub, retrained)
+    # Asked again (rollout start asks once a second), it answers from what it
+    # holds: its files are not hashed again (here they no longer match).
+    items = artifacts.artifacts_root(data_dir) / retrained / "item_vectors.parquet"
+    items.write_bytes(b"changed after it was prepared")
+    again = await stub.PrepareModelVersion(pb.PrepareModelVersionRequest(model_version=retrained))
+    assert again.state == pb.PREPARE_STATE_READY and again.own_generation
+    # An experiment runs with it as its second arm: preparing another
+    # retrained version would take its users' items away, so it is refused.
+    other, _ = rotated_artifact(data_dir, built.version, "-retrained-again", seed=6)
+    copy = copy_version(data_dir, built.version)
+    state = rollout_state.RolloutState(
+        stable=built.version, candidate=copy, more_candidates=[retrained], status="running"
+    )
+    rollout_state.save(data_dir, state)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.PrepareModelVersion(pb.PrepareModelVersionRequest(model_version=other))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert retrained in refused.value.details()
+    assert (await stub.GetInfo(pb.GetInfoRequest())).prepared_model_version == retrained
+    # The experiment concludes: its second arm's generation is dropped too.
+    state.status, state.ended_at = "concluded", time.time()
+    rollout_state.save(data_dir, state)
+    await service.domain.preparer.follow_rollout()
+    assert (await stub.GetInfo(pb.GetInfoRequest())).prepared_model_version == ""
