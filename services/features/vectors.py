@@ -40,6 +40,8 @@ WRITTEN = Counter(
     ["result"],
 )
 BATCH = 64
+CONCURRENT_EMBEDS = 4  # the ranker's serving comes first
+MAX_PENDING = 100_000  # beyond it a changed user is embedded on the way until their next event
 
 
 class VectorRefresher:
@@ -61,7 +63,11 @@ class VectorRefresher:
         """These users' profiles changed: compute their vectors again, soon."""
         if self.channel is None or not self.users.stores_vectors():
             return
-        self.pending.update(dict.fromkeys(user_ids))
+        for user_id in user_ids:
+            if len(self.pending) >= MAX_PENDING:
+                WRITTEN.labels("skipped").inc()
+                continue
+            self.pending[user_id] = None
         if self._task is None or self._task.done():
             self.idle.clear()
             self._task = asyncio.create_task(self._run())
@@ -72,26 +78,37 @@ class VectorRefresher:
                 batch = list(self.pending)[:BATCH]
                 for user_id in batch:
                     self.pending.pop(user_id, None)
-                await self._refresh(batch)
+                try:
+                    await self._refresh(batch)
+                except Exception:
+                    # The store or a read failed: these users' stale vectors
+                    # are never served (their key no longer matches); they
+                    # are embedded on the way until their next event.
+                    WRITTEN.labels("failed").inc(len(batch))
+                    log.exception("cannot compute %d users' vectors", len(batch))
         finally:
             self.idle.set()
 
     async def _refresh(self, user_ids: list[str]) -> None:
         records = await asyncio.to_thread(self.users.read, user_ids)
-        rows = []
-        for record in records:
-            if not record.found or record.vector_f32:
-                continue  # unknown, or its stored vector already fits
-            try:
-                vector, version = await self._embed(record)
-            except grpc.aio.AioRpcError as exc:
-                WRITTEN.labels("failed").inc()
-                log.warning(
-                    "cannot compute a user's vector: %s", exc.code().name,
-                    extra={"fields": {"user_id": record.user_id}},
-                )  # fmt: skip
-                continue
-            rows.append(row(record, vector, version))
+        # Unknown users, and those whose stored vector already fits, need none.
+        todo = [r for r in records if r.found and not r.vector_f32]
+        limit = asyncio.Semaphore(CONCURRENT_EMBEDS)
+
+        async def embed(record: UserRecord) -> dict[str, object] | None:
+            async with limit:
+                try:
+                    vector, version = await self._embed(record)
+                except grpc.aio.AioRpcError as exc:
+                    WRITTEN.labels("failed").inc()
+                    log.warning(
+                        "cannot compute a user's vector: %s", exc.code().name,
+                        extra={"fields": {"user_id": record.user_id}},
+                    )  # fmt: skip
+                    return None
+            return row(record, vector, version)
+
+        rows = [r for r in await asyncio.gather(*(embed(r) for r in todo)) if r is not None]
         if rows:
             frame = pd.DataFrame(rows)
             await asyncio.to_thread(self.store.push, VECTOR_PUSH_SOURCE, frame, to=PushMode.ONLINE)
