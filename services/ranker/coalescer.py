@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 from prometheus_client import Histogram
@@ -72,6 +73,11 @@ class Coalescer:
         """``send(inputs, timeout_s, track)`` for these rows, alone or merged."""
         lane = self.lanes.setdefault(key, Lane())
         waiting = Waiting(inputs, len(inputs[0][1]), timeout_s, track)
+        if track is not None:
+            # The judge sees each Score as its caller does: timed from here
+            # (its wait in the queue included), failed when its own deadline
+            # passed (the future is cancelled below), not the merged call's.
+            track(cast("asyncio.Future[object]", waiting.result))
         lane.queue.append(waiting)
         if lane.running < self.in_flight:
             self._launch(lane, send)
@@ -109,14 +115,8 @@ class Coalescer:
             (name, np.concatenate([w.inputs[n][1] for w in batch]))
             for n, (name, _) in enumerate(batch[0].inputs)
         ]
-        tracks = [w.track for w in batch if w.track is not None]
-
-        def track_all(call: asyncio.Future[object]) -> None:
-            for track in tracks:  # each Score counts for the judge
-                track(call)
-
         try:
-            out = await send(inputs, max(w.timeout_s for w in batch), track_all if tracks else None)
+            out = await send(inputs, max(w.timeout_s for w in batch), None)
         except Exception as exc:  # every waiter gets the call's failure
             for w in batch:
                 if not w.result.done():

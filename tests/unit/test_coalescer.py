@@ -79,18 +79,30 @@ async def test_a_failure_reaches_every_member_and_a_late_caller_gives_up_alone()
     assert slow.calls == [3]  # the caller that gave up was left out of the next batch
 
 
-async def test_every_member_is_tracked_for_the_rollout_judge():
-    triton, coalescer = FakeTriton(), Coalescer(in_flight=1, max_rows=4096)
-    seen = []
-    first = asyncio.create_task(
-        coalescer.infer("r", triton.send, rows(1.0), 1.0, lambda call: seen.append("a"))
-    )
+async def test_each_member_is_judged_by_its_own_outcome_and_wait():
+    """The rollout judge's figures: each Score timed from when it queued, a
+    caller whose deadline passed in the queue counted as failed."""
+    # "a" runs 0.5 s: longer than "late" waits (its 0.02 s deadline and the grace).
+    triton, coalescer = FakeTriton(delay_s=0.5), Coalescer(in_flight=1, max_rows=4096)
+    outcomes: dict[str, str] = {}
+
+    def tracker(name):
+        def track(call):
+            call.add_done_callback(
+                lambda f: outcomes.__setitem__(
+                    name, "failed" if f.cancelled() or f.exception() else "completed"
+                )
+            )
+
+        return track
+
+    first = asyncio.create_task(coalescer.infer("r", triton.send, rows(1.0), 1.0, tracker("a")))
     await asyncio.sleep(0.01)
-    others = [
-        asyncio.create_task(
-            coalescer.infer("r", triton.send, rows(1.0), 1.0, lambda call, n=n: seen.append(n))
-        )
-        for n in ("b", "c")
-    ]
-    await asyncio.gather(first, *others)
-    assert sorted(seen) == ["a", "b", "c"]
+    waiting = asyncio.create_task(coalescer.infer("r", triton.send, rows(1.0), 1.0, tracker("b")))
+    with pytest.raises(Unavailable):  # gives up while "a" runs
+        await coalescer.infer("r", triton.send, rows(1.0), 0.02, tracker("late"))
+    await asyncio.sleep(0)  # done callbacks run on the next turn of the loop
+    assert outcomes == {"late": "failed"}
+    await asyncio.gather(first, waiting)
+    assert outcomes == {"a": "completed", "b": "completed", "late": "failed"}
+    assert triton.calls == [3, 3]  # "late" left out of the second call
