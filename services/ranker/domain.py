@@ -171,10 +171,10 @@ class Ranker:
     async def embed_items(
         self, version: str, items: Sequence[CandidateInput], timeout_s: float
     ) -> tuple[np.ndarray, str, int]:
-        """The item tower's vectors, in the space of ``version`` (loaded;
-        empty: the stable one), and how many ids it has never seen."""
+        """The item tower's vectors, in the space of ``version`` (loaded on
+        demand; empty: the stable one), and how many ids it has never seen."""
         self._check_count(len(items), "items")
-        loaded = self.models.loaded_version(version) if version else self.models.current()
+        loaded = await self.models.for_items(version) if version else self.models.current()
         if loaded.item_model_version is None:
             raise FailedPrecondition(
                 f"model version {loaded.version} has no item tower (built before it was "

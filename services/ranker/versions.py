@@ -103,6 +103,16 @@ class ModelVersions:
             raise NotFound(f"model version {version!r} is not loaded")
         return loaded
 
+    async def for_items(self, version: str) -> Loaded:
+        """A version's item tower, loaded on demand: the retriever embeds
+        upserted items for a retrained version while it prepares that
+        version's items, before the version's rollout loads it here."""
+        known = self.versions.get(version)
+        if known is not None:
+            return known
+        async with self._load_lock:
+            return await self._prepare(version)
+
     def shadow_candidate(self, served_version: str) -> Loaded | None:
         """The candidate to shadow-score an answer of the stable version with,
         for the share of requests the rollout asks for."""

@@ -379,6 +379,10 @@ async def test_embed_items_gives_the_builds_vectors_and_new_items_one(built, ran
     np.testing.assert_allclose(np.linalg.norm(vectors[40:], axis=1), 1.0, atol=1e-4)
     np.testing.assert_array_equal(vectors[40], vectors[41])  # the id plays no part
     assert not np.allclose(vectors[40], vectors[42], atol=1e-3)  # the categories do
+    # A version in the repository that this ranker has not loaded (a retrained
+    # one whose items the retriever prepares before its rollout): loaded for it.
+    other = await stub.EmbedItems(pb.EmbedItemsRequest(model_version=built.version, items=[bare]))
+    assert other.model_version == built.version and other.dimension == reply.dimension
     for request, code, field in [
         (pb.EmbedItemsRequest(), grpc.StatusCode.INVALID_ARGUMENT, "items"),
         (
