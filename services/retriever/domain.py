@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound
+from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from recserve_kit.validation import check_id
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
@@ -306,8 +306,29 @@ class Retriever:
 
     async def _write(self, write: Write) -> int:
         async with self._write_lock:
-            count = write.apply(self._store(), self.artifact_version)
             prepared = self.prepared
+            if (
+                write.kind == "upsert"
+                and prepared is not None
+                and prepared.version != self.artifact_version
+                and prepared.version not in write.by_version
+            ):
+                # Prepared while this upsert's items were embedded: it has no
+                # items in that version's space. Nothing is written; a retry
+                # embeds for every generation.
+                raise Unavailable(
+                    f"model version {prepared.version} began preparing while these items "
+                    "were embedded; send them again"
+                )
+            if write.kind == "upsert" and prepared is not None:
+                # Checked before either generation is written: all or nothing.
+                for n, item in enumerate(write.by_version.get(prepared.version, ())):
+                    if len(item.vector) != prepared.dimension:
+                        raise FailedPrecondition(
+                            f"items[{n}].vector: {len(item.vector)} values; model version "
+                            f"{prepared.version}, being rolled out, has {prepared.dimension}"
+                        )
+            count = write.apply(self._store(), self.artifact_version)
             if prepared is not None and prepared.store is not None:
                 write.apply(prepared.store, prepared.version)
             for _, journal in self._journals:

@@ -22,9 +22,11 @@ import pytest
 from recserve.retriever.v1 import retriever_pb2 as pb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_delivery import state as rollout_state
+from recserve_kit.errors import Unavailable
 from recserve_model import artifacts
 from services.retriever.config import RetrieverSettings
 from services.retriever.server import create_server
+from services.retriever.servicer import to_input
 from tests.helpers import apoll_until, data_dir_for_versions
 
 ROTATED = "-retrained"
@@ -129,6 +131,12 @@ async def test_writes_reach_the_prepared_generation_and_a_restart_keeps_it(retri
     await stub.DeleteItems(pb.DeleteItemsRequest(item_ids=[hidden], mode=pb.DELETE_MODE_SOFT))
     for version in ("", retrained):
         assert (await top(stub, vector, version)).item_id == "launched-during-rollout"
+    # Items embedded for the current generation only (the version was
+    # prepared meanwhile): refused whole, to be sent again.
+    late = service.domain.to_records([to_input(pb.Item(item_id="late", vector=vector))])
+    with pytest.raises(Unavailable, match=retrained):
+        await service.domain.upsert({built.version: late})
+    assert (await stub.GetItems(pb.GetItemsRequest(item_ids=["late"]))).items == []
     assert (await top(stub, turned[3], retrained)).item_id != hidden
     await service.stop(0)
     again, channel, restarted = await started(data_dir)
