@@ -168,28 +168,38 @@ class Retriever:
         items_path: Path,
         schema: CatalogueSchema,
         install: Callable[[VectorStore], None],
+        journal: list[Write] | None = None,
     ) -> VectorStore:
         """A new generation of ``version``'s items (the caller holds the
-        refresh lock). Writes that arrive while it is built are journaled;
+        refresh lock). Writes that arrive while it is built are journaled
+        (in ``journal`` when the caller started one earlier: ``journal_from_now``);
         under the write lock they are replayed into it and ``install`` puts
         it in service, so no acknowledged write misses it."""
         name = self.generations.next_name()
-        journal: list[Write] = []
-        entry = (version, journal)
-        self._journals.append(entry)
+        if journal is None:
+            journal = self.journal_from_now(version)
         try:
             store = await asyncio.to_thread(self._build, name, items_path, schema)
         except BaseException:
-            self._journals.remove(entry)
+            self.forget_journal(journal)
             raise
         async with self._write_lock:
             try:
                 for write in journal:
                     write.apply(store, version)
             finally:
-                self._journals.remove(entry)
+                self.forget_journal(journal)
             install(store)
         return store
+
+    def journal_from_now(self, version: str) -> list[Write]:
+        """Every write from now on, kept for a generation of ``version`` to be built."""
+        journal: list[Write] = []
+        self._journals.append((version, journal))
+        return journal
+
+    def forget_journal(self, journal: list[Write]) -> None:
+        self._journals = [e for e in self._journals if e[1] is not journal]
 
     def _build(self, name: str, items_path: Path, schema: CatalogueSchema) -> VectorStore:
         records, dimension = read_items(items_path)

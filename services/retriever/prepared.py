@@ -27,7 +27,7 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
 from recserve_model.encoding import EncodingSpec
-from services.retriever.generations import Recorded
+from services.retriever.generations import Recorded, Write
 from services.retriever.store import VectorStore
 
 if TYPE_CHECKING:
@@ -108,12 +108,19 @@ class Preparer:
             await self.drop(f"{version} is prepared instead")
         dimension = EncodingSpec.load(directory / "encoding.json").embedding_dim
         prepared = Prepared(version, digest, dimension, asked_at=time.time())
-        r.prepared = prepared
         schema = CatalogueSchema.load(directory)
-        prepared.task = asyncio.create_task(self._build(prepared, directory / ITEMS_FILE, schema))
+        # Journaled from the moment writes start going to it (they skip a
+        # store still being built), not from when the build gets its turn.
+        r.prepared = prepared
+        journal = r.journal_from_now(version)
+        prepared.task = asyncio.create_task(
+            self._build(prepared, directory / ITEMS_FILE, schema, journal)
+        )
         return Preparation(BUILDING, "", own_generation=True)
 
-    async def _build(self, prepared: Prepared, items_path: Any, schema: CatalogueSchema) -> None:
+    async def _build(
+        self, prepared: Prepared, items_path: Any, schema: CatalogueSchema, journal: list[Write]
+    ) -> None:
         r = self.retriever
 
         def install(store: VectorStore) -> None:
@@ -130,10 +137,12 @@ class Preparer:
 
         try:
             async with r._refresh_lock:
-                await r.build_journaled(prepared.version, items_path, schema, install)
+                await r.build_journaled(prepared.version, items_path, schema, install, journal)
         except Exception as exc:
             prepared.error = str(exc)
             log.exception("preparing %s failed", prepared.version)
+        finally:
+            r.forget_journal(journal)  # also when cancelled before its turn
 
     def _record(self, prepared: Prepared, store: VectorStore) -> None:
         """Kept across restarts, with the time it was last asked for."""

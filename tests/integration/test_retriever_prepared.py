@@ -218,3 +218,18 @@ async def test_a_version_held_for_a_running_rollout_stays_until_that_rollout_end
     rollout_state.save(data_dir, state)
     await service.domain.preparer.follow_rollout()
     assert (await stub.GetInfo(pb.GetInfoRequest())).prepared_model_version == ""
+
+
+async def test_writes_while_the_preparation_waits_for_its_turn_reach_it(retriever, built):
+    """A refresh in progress holds the build's turn: a delete made after the
+    preparation was asked for, before its build began, is in it."""
+    _, service, stub, retrained, turned = retriever
+    hidden = pd.read_parquet(built.directory / "item_vectors.parquet")["item_id"][3]
+    async with service.domain._refresh_lock:  # as a long refresh would
+        first = await stub.PrepareModelVersion(
+            pb.PrepareModelVersionRequest(model_version=retrained)
+        )
+        assert first.state == pb.PREPARE_STATE_BUILDING
+        await stub.DeleteItems(pb.DeleteItemsRequest(item_ids=[hidden], mode=pb.DELETE_MODE_HARD))
+    await prepared(stub, retrained)
+    assert (await top(stub, turned[3], retrained)).item_id != hidden
