@@ -32,7 +32,7 @@ from recserve_model.catalogue import CatalogueSchema
 from services.retriever.checks import ItemInput, check_filter, check_item, check_vector
 from services.retriever.config import RetrieverSettings
 from services.retriever.generations import LOAD_BATCH, Generations, Recorded, Write, read_items
-from services.retriever.prepared import Prepared, Preparer, items_digest
+from services.retriever.prepared import VERSION, Prepared, Preparer, items_digest
 from services.retriever.store import ItemRecord, SearchFilter, StoreInfo, VectorStore
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ class Retriever:
         # Generations being built, by the model version they are for: writes
         # meanwhile are journaled and replayed before they serve.
         self._journals: list[tuple[str, list[Write]]] = []
+        self._digests: dict[str, str] = {}  # model version -> its item vectors' checksum
         self.preparer = Preparer(self)
 
     # -- lifecycle -----------------------------------------------------------
@@ -87,7 +88,11 @@ class Retriever:
         return self.current
 
     def _store_for(self, model_version: str) -> VectorStore:
-        """The prepared version's generation for its own vectors, else the current."""
+        """The prepared version's generation for its own vectors, else the
+        current one, unless the version's item vectors are another space
+        that is not served here (not prepared, or dropped when its rollout
+        ended): searched in the current space its vector would find noise,
+        so the search is refused and the caller answers with its fallback."""
         prepared = self.prepared
         if (
             model_version
@@ -96,7 +101,33 @@ class Retriever:
             and prepared.store is not None
         ):
             return prepared.store
-        return self._store()
+        store = self._store()
+        if model_version and model_version != self.artifact_version:
+            digest = self._items_digest_of(model_version)
+            if digest and self.items_sha256 and digest != self.items_sha256:
+                raise FailedPrecondition(
+                    f"model_version: the items of {model_version} are not served here "
+                    "(not prepared, or its rollout has ended)"
+                )
+        return store
+
+    def _items_digest_of(self, version: str) -> str:
+        """A version's item vectors' checksum from its manifest ("" when it
+        has no readable artifact here), read once per version."""
+        known = self._digests.get(version)
+        if known is not None:
+            return known
+        digest = ""
+        if VERSION.fullmatch(version):  # a name under artifacts/, never a path
+            path = artifacts.artifacts_root(self.settings.data_dir) / version / artifacts.MANIFEST
+            try:
+                digest = items_digest(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                digest = ""
+        if len(self._digests) >= 256:
+            self._digests.clear()
+        self._digests[version] = digest
+        return digest
 
     async def refresh_from_artifacts(self) -> bool:
         """Serves the current model artifact's items if they are not served:

@@ -165,7 +165,12 @@ async def test_a_rolled_back_version_is_dropped_and_a_promoted_one_switched_to(r
     await preparer.follow_rollout()
     info = await stub.GetInfo(pb.GetInfoRequest())
     assert info.prepared_model_version == "" and info.prepared_generation == ""
-    assert (await top(stub, turned[3], retrained)).score < 0.99  # the current space now
+    # Its users' vectors are of another space than the current generation's:
+    # refused (the gateway answers with its fallback), never searched there.
+    with pytest.raises(grpc.aio.AioRpcError) as dropped:
+        await top(stub, turned[3], retrained)
+    assert dropped.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert dropped.value.details().startswith("model_version")
     # Prepared again after that rollout ended: it is not dropped for it.
     again = await prepared(stub, retrained)
     assert (await top(stub, turned[3], retrained)).score == pytest.approx(1.0, abs=1e-3)
