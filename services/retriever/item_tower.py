@@ -39,14 +39,23 @@ class ItemTower:
         )
 
     async def complete(
-        self, records: Sequence[ItemRecord], version: str, dimension: int
+        self, records: Sequence[ItemRecord], version: str, dimension: int, every: bool = False
     ) -> list[ItemRecord]:
-        """``records`` with every missing vector embedded (all or none)."""
-        missing = [n for n, r in enumerate(records) if not len(r.vector)]
+        """``records`` with every missing vector embedded (all or none);
+        ``every``: all of them, the caller's vectors too (a version being
+        rolled out with item vectors of its own: a vector the caller gives is
+        in the current model's space, not in this one)."""
+        missing = [n for n, r in enumerate(records) if every or not len(r.vector)]
         if not missing:
             return list(records)
         field = f"items[{missing[0]}].vector"
         if self.channel is None:
+            if every:
+                raise FailedPrecondition(
+                    f"items: model version {version} is being rolled out with item vectors "
+                    "of its own, which only the item tower can give, and none is configured "
+                    "(RECSERVE_RETRIEVER_RANKER_ADDR): upsert after its rollout"
+                )
             raise FailedPrecondition(
                 f"{field} is empty and no item tower is configured "
                 "(RECSERVE_RETRIEVER_RANKER_ADDR): give the item a vector"

@@ -101,9 +101,13 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
     ) -> pb.UpsertItemsResponse:
         retriever = self.retriever
         records = retriever.to_records([to_input(i) for i in request.items])
-        # Every item embedded for each generation before any is written: all or nothing.
+        # Every item embedded for each generation before any is written: all or
+        # nothing. A prepared version's generation gets its own item tower's
+        # vectors for every item (a caller's vector is of the current space).
         by_version = {
-            version: await self.item_tower.complete(records, version, dimension)
+            version: await self.item_tower.complete(
+                records, version, dimension, every=version != retriever.artifact_version
+            )
             for version, dimension in retriever.spaces()
         }
         return pb.UpsertItemsResponse(upserted=await retriever.upsert(by_version))

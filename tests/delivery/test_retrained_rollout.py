@@ -84,6 +84,42 @@ def scores_match(vector: np.ndarray, vectors: dict[str, np.ndarray], scores) -> 
     return all(abs(float(vector @ vectors[i]) - s) < 1e-3 for i, s in scores.items())
 
 
+def launched_during_rollout(stack, retriever, retrained: str) -> None:
+    """An item upserted with the caller's vector (the current model's space)
+    while the retrained version rolls out: its generation holds the item as
+    the retrained item tower embeds it, not the caller's vector."""
+    token = (stack.data_dir / "auth" / "admin.token").read_text().strip()
+    rng = np.random.default_rng(3)
+    given = rng.standard_normal(64).astype(np.float32)
+    given /= np.linalg.norm(given)
+    features = fpb.ItemFeatures(
+        item_id="launched-in-rollout", year=1999, categories=["Drama"], found=True
+    )
+    item = qpb.Item(
+        item_id=features.item_id, vector=given, categories=["Drama"], year=1999, active=True
+    )
+    retriever.UpsertItems(
+        qpb.UpsertItemsRequest(items=[item]),
+        metadata=[("authorization", f"Bearer {token}")],
+        timeout=30,
+    )
+    ranker = ranker_pb2_grpc.RankerServiceStub(stack.internal_channel("ranker"))
+    embedded = ranker.EmbedItems(
+        kpb.EmbedItemsRequest(model_version=retrained, items=[features]), timeout=30
+    )
+    own = np.frombuffer(embedded.vectors_f32, "<f4")
+    for vector, version in ((own, retrained), (given, "")):
+        top = retriever.Search(qpb.SearchRequest(vector=vector, k=1, model_version=version)).items
+        assert top[0].item_id == item.item_id and top[0].score == pytest.approx(1.0, abs=1e-3)
+    hits = retriever.Search(qpb.SearchRequest(vector=given, k=5, model_version=retrained)).items
+    assert all(h.item_id != item.item_id or h.score < 0.99 for h in hits)
+    retriever.DeleteItems(
+        qpb.DeleteItemsRequest(item_ids=[item.item_id], mode=qpb.DELETE_MODE_HARD),
+        metadata=[("authorization", f"Bearer {token}")],
+        timeout=30,
+    )
+
+
 def test_a_model_retrained_on_logged_events_is_canaried_then_promoted(stack, built):
     envoy = stack.envoy_address
     token = (stack.data_dir / "auth" / "app.token").read_text().strip()
@@ -126,6 +162,7 @@ def test_a_model_retrained_on_logged_events_is_canaried_then_promoted(stack, bui
         vector, _ = user_vector(stack, on_candidate)
         _, scores = retrieved_from(stack, on_candidate, recommend)
         assert not scores_match(vector, stable_items, scores)  # not the stable's items
+        launched_during_rollout(stack, retriever, retrained.version)
         promoted = poll_until(
             lambda: (s := cli(stack, "promote")).returncode == 0 and "promoted" in s.stdout,
             60,

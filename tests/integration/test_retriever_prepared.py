@@ -11,6 +11,7 @@ by a random rotation: another vector space, as a retrain gives, at no
 training cost."""
 
 import asyncio
+import dataclasses
 import shutil
 import time
 
@@ -126,11 +127,25 @@ async def test_writes_reach_the_prepared_generation_and_a_restart_keeps_it(retri
     vector = np.zeros(64, np.float32)
     vector[7] = 1.0
     item = pb.Item(item_id="launched-during-rollout", vector=vector, active=True)
-    await stub.UpsertItems(pb.UpsertItemsRequest(items=[item]))
+    # The caller's vector is of the current space; the retrained version's
+    # needs its item tower, and this retriever has none: refused whole.
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.UpsertItems(pb.UpsertItemsRequest(items=[item]))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert retrained in refused.value.details()
+    assert (await stub.GetItems(pb.GetItemsRequest(item_ids=[item.item_id]))).items == []
+    # With the item in each generation's space (as the servicer has the item
+    # tower give it), it reaches both.
+    records = service.domain.to_records([to_input(item)])
+    own_space = np.zeros(64, np.float32)
+    own_space[9] = 1.0
+    await service.domain.upsert(
+        {built.version: records, retrained: [dataclasses.replace(records[0], vector=own_space)]}
+    )
     hidden = pd.read_parquet(built.directory / "item_vectors.parquet")["item_id"][3]
     await stub.DeleteItems(pb.DeleteItemsRequest(item_ids=[hidden], mode=pb.DELETE_MODE_SOFT))
-    for version in ("", retrained):
-        assert (await top(stub, vector, version)).item_id == "launched-during-rollout"
+    for version, query in (("", vector), (retrained, own_space)):
+        assert (await top(stub, query, version)).item_id == "launched-during-rollout"
     # Items embedded for the current generation only (the version was
     # prepared meanwhile): refused whole, to be sent again.
     late = service.domain.to_records([to_input(pb.Item(item_id="late", vector=vector))])
@@ -143,7 +158,7 @@ async def test_writes_reach_the_prepared_generation_and_a_restart_keeps_it(retri
     try:
         info = await restarted.GetInfo(pb.GetInfoRequest())
         assert info.prepared_model_version == retrained
-        assert (await top(restarted, vector, retrained)).item_id == "launched-during-rollout"
+        assert (await top(restarted, own_space, retrained)).item_id == "launched-during-rollout"
         assert (await top(restarted, turned[3], retrained)).item_id != hidden
     finally:
         await channel.close()
