@@ -45,6 +45,15 @@ class Features:
     def publish_catalogue(self, records: Sequence[ItemRecord], version: str) -> None:
         self.item_reader.publish_catalogue(records, version)
 
+    def follow_registry(self) -> None:
+        """After a new artifact is published: its feature views as Feast's
+        registry now has them (an artifact may add declared attributes or
+        stored user vectors; read with the old feature services they would
+        not be served until a restart)."""
+        self.store.refresh_registry()
+        self.user_reader.follow_registry()
+        self.item_reader.follow_registry()
+
     def invalidate_items(self, item_ids: Sequence[str] | None = None) -> None:
         self.item_reader.invalidate(item_ids)
 

@@ -37,6 +37,10 @@ class ItemReader:
         # Every item of the published artifact, for watchers (ranker, gateway).
         self.catalogue: Catalogue[ItemRecord] = Catalogue()
 
+    def follow_registry(self) -> None:
+        """A newly published artifact's item features (the registry refreshed by the caller)."""
+        self.item_service = self.store.get_feature_service("item_features")
+
     def read(self, item_ids: Sequence[str]) -> list[ItemRecord]:
         rows = self.store.get_online_features(
             features=self.item_service, entity_rows=[{"item_id": i} for i in item_ids]

@@ -74,6 +74,7 @@ async def create_server(settings: FeaturesSettings) -> Service:
                 continue
             version = published_version(feast_dir, settings.redis_url)
             if version != served["version"]:
+                await asyncio.to_thread(features.follow_registry)
                 features.invalidate_items()
                 records = await asyncio.to_thread(features.read_catalogue, catalogue(settings))
                 features.publish_catalogue(records, version or "")

@@ -60,6 +60,12 @@ class UserReader:
         self._live: tuple[int, dict[str, object] | None] = (0, None)
         self._user_views: tuple[object, list[FeatureView]] = (None, [])
 
+    def follow_registry(self) -> None:
+        """A newly published artifact's feature sets (the registry refreshed
+        by the caller): stored vectors or declared attributes it adds."""
+        self.user_service = self.store.get_feature_service("user_features")
+        self._user_views = (None, [])
+
     def stores_vectors(self) -> bool:
         """Whether the published artifact stores users' vectors (built since)."""
         return any(p.name == USER_VECTORS for p in self.user_service.feature_view_projections)

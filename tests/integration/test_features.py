@@ -5,6 +5,7 @@ refused whole, and watchers get the catalogue and every pushed change."""
 
 import asyncio
 import logging
+import shutil
 from datetime import UTC, datetime
 
 import grpc
@@ -19,9 +20,10 @@ from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2 as rpb
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_kit.item_watch import ItemWatch
+from recserve_model import artifacts
 from services.features.config import FeaturesSettings
 from services.features.server import create_server
-from tests.helpers import apoll_until, data_dir_with_artifacts
+from tests.helpers import apoll_until, data_dir_for_versions, data_dir_with_artifacts
 
 
 @pytest.fixture(scope="module")
@@ -338,3 +340,43 @@ async def test_a_users_stored_vector_is_served_only_for_its_profile_and_recomput
         await channel.close()
         await service.stop(0)
         await ranker.stop(0)
+
+
+async def test_an_artifact_published_while_running_serves_the_views_it_adds(built, tmp_path):
+    """Started on an artifact built before stored user vectors, the service
+    publishes a newer one that stores them when CURRENT moves to it, and
+    serves them without a restart (the feature sets Feast's registry now
+    has, not the ones read at start)."""
+    data_dir = data_dir_for_versions(tmp_path / "data", built.directory.parents[1])
+    root = artifacts.artifacts_root(data_dir)
+    older = root / f"{built.version}-older"
+    shutil.copytree((root / built.version).resolve(), older)
+    (older / "features" / "user_vectors.parquet").unlink()
+    (older / artifacts.MANIFEST).unlink()
+    artifacts.write_manifest(older, older.name, {"metrics": {}})
+    artifacts.set_current(data_dir, older.name)
+    settings = FeaturesSettings(
+        port=0, data_dir=data_dir, shutdown_drain_s=0, refresh_interval_s=0.2
+    )
+    service = await create_server(settings)
+    await service.start()
+    channel = grpc.aio.insecure_channel(service.address)
+    stub = features_pb2_grpc.FeatureServiceStub(channel)
+    try:
+        user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="42"))).user
+        assert (
+            user.found
+            and user.vector_f32 == b""
+            and not service.domain.user_reader.stores_vectors()
+        )
+        artifacts.set_current(data_dir, built.version)
+
+        async def vector_served() -> bool:
+            reply = await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id="42"))
+            return reply.user.vector_version == built.version
+
+        await apoll_until(vector_served, 180, 0.5)
+        assert service.domain.user_reader.stores_vectors()
+    finally:
+        await channel.close()
+        await service.stop(0)
