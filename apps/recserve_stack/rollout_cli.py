@@ -105,11 +105,10 @@ def own_items(version: str, settings: StackSettings | None = None) -> bool:
     data_dir = (settings or load_settings(StackSettings)).data_dir
     root = artifacts.artifacts_root(data_dir)
 
-    def digest(name: str) -> str:
-        manifest = json.loads((root / name / artifacts.MANIFEST).read_text())
-        return str(manifest["files"].get("item_vectors.parquet", ""))
-
-    return digest(version) != digest((root / "CURRENT").read_text().strip())
+    current = (root / "CURRENT").read_text().strip()
+    return artifacts.read_items_checksum(root / version) != artifacts.read_items_checksum(
+        root / current
+    )
 
 
 def _call(method: str, request: Message) -> pb.RolloutStatus:

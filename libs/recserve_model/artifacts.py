@@ -53,6 +53,23 @@ def write_manifest(directory: Path, version: str, meta: dict[str, Any]) -> dict[
     return manifest
 
 
+ITEM_VECTORS = "item_vectors.parquet"
+
+
+def items_checksum(manifest: dict[str, Any]) -> str:
+    """The artifact's item vectors' checksum: equal checksums, one vector space."""
+    return str(manifest.get("files", {}).get(ITEM_VECTORS, ""))
+
+
+def read_items_checksum(directory: Path) -> str:
+    """``items_checksum`` from the artifact's manifest, unverified ("" when
+    there is no readable manifest)."""
+    try:
+        return items_checksum(json.loads((directory / MANIFEST).read_text()))
+    except (OSError, ValueError):
+        return ""
+
+
 def verify(directory: Path) -> dict[str, Any]:
     """The manifest, after checking every file it lists."""
     manifest_path = directory / MANIFEST

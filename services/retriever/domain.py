@@ -32,7 +32,7 @@ from recserve_model.catalogue import CatalogueSchema
 from services.retriever.checks import ItemInput, check_filter, check_item, check_vector
 from services.retriever.config import RetrieverSettings
 from services.retriever.generations import LOAD_BATCH, Generations, Recorded, Write, read_items
-from services.retriever.prepared import VERSION, Prepared, Preparer, items_digest
+from services.retriever.prepared import VERSION, Prepared, Preparer
 from services.retriever.store import ItemRecord, SearchFilter, StoreInfo, VectorStore
 
 log = logging.getLogger(__name__)
@@ -119,11 +119,8 @@ class Retriever:
             return known
         digest = ""
         if VERSION.fullmatch(version):  # a name under artifacts/, never a path
-            path = artifacts.artifacts_root(self.settings.data_dir) / version / artifacts.MANIFEST
-            try:
-                digest = items_digest(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                digest = ""
+            root = artifacts.artifacts_root(self.settings.data_dir)
+            digest = artifacts.read_items_checksum(root / version)
         if len(self._digests) >= 256:
             self._digests.clear()
         self._digests[version] = digest
@@ -143,7 +140,7 @@ class Retriever:
         directory = await asyncio.to_thread(artifacts.current, self.settings.data_dir)
         schema = CatalogueSchema.load(directory)
         manifest = json.loads((directory / artifacts.MANIFEST).read_text())  # verified
-        digest = items_digest(manifest)
+        digest = artifacts.items_checksum(manifest)
         async with self._write_lock:
             store = self._adoptable(version, digest)
             if store is not None:
@@ -361,14 +358,6 @@ class Retriever:
                     f"model version {prepared.version} began preparing while these items "
                     "were embedded; send them again"
                 )
-            if write.kind == "upsert" and prepared is not None:
-                # Checked before either generation is written: all or nothing.
-                for n, item in enumerate(write.by_version.get(prepared.version, ())):
-                    if len(item.vector) != prepared.dimension:
-                        raise FailedPrecondition(
-                            f"items[{n}].vector: {len(item.vector)} values; model version "
-                            f"{prepared.version}, being rolled out, has {prepared.dimension}"
-                        )
             count = write.apply(self._store(), self.artifact_version)
             if prepared is not None and prepared.store is not None:
                 write.apply(prepared.store, prepared.version)

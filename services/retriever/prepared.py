@@ -35,15 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ITEMS_FILE = "item_vectors.parquet"
+ITEMS_FILE = artifacts.ITEM_VECTORS
 VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")  # a name under artifacts/, no path
 BUILDING, READY = "BUILDING", "READY"
 ENDED = frozenset({"rolled_back", "aborted", "concluded"})  # a rollout's ends but promotion
-
-
-def items_digest(manifest: dict[str, Any]) -> str:
-    """The artifact's item vectors' checksum: equal checksums, one space."""
-    return str(manifest.get("files", {}).get(ITEMS_FILE, ""))
 
 
 @dataclass
@@ -94,7 +89,7 @@ class Preparer:
             manifest = await asyncio.to_thread(artifacts.verify, directory)
         except artifacts.ArtifactError as exc:
             raise FailedPrecondition(f"model_version: {exc}") from None
-        digest = items_digest(manifest)
+        digest = artifacts.items_checksum(manifest)
         current = r._store()
         if digest and digest == r.items_sha256:
             return Preparation(READY, current.generation, own_generation=False)
