@@ -21,7 +21,7 @@ import uvloop
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from recserve_kit import transport
+from recserve_kit import call_stream, transport
 from recserve_kit.admin import APP_AUDIENCE, AUDIENCE, AdminTokens
 from recserve_kit.config import ServiceSettings
 from recserve_kit.health import DependencyProbe, HealthStatus
@@ -61,6 +61,8 @@ class Service:
     # Run once the drain is over, before the server stops: long-lived streams
     # end here, so the grace period does not have to cancel them.
     on_stop: list[Cleanup] = field(default_factory=list)
+    # Serves the unary methods as frames on held streams; ended at stop.
+    frames: call_stream.CallStreamServicer | None = None
     # The service's domain object, for in-process tests and wiring.
     domain: Any = None
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
@@ -94,6 +96,9 @@ class Service:
             await asyncio.sleep(self.settings.shutdown_drain_s)
         for hook in self.on_stop:
             await hook()
+        grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        if self.frames is not None:
+            await self.frames.close(grace)
         await self.server.stop(self.settings.shutdown_grace_s if grace_s is None else grace_s)
         for task in self._tasks:
             task.cancel()
@@ -104,25 +109,21 @@ class Service:
             await cleanup()
 
 
-def build_server(
-    name: str,
+def _add_servicers(
+    server: grpc.aio.Server,
     settings: ServiceSettings,
     registrations: Sequence[Registration],
-    probes: Sequence[DependencyProbe] = (),
-    options: Sequence[tuple[str, Any]] = (),
-) -> Service:
-    """An unstarted server with health, reflection, error mapping, spans and metrics."""
-    server = grpc.aio.server(
-        options=[("grpc.so_reuseport", 0), *transport.SERVER_KEEPALIVE, *options]
-    )
+    name: str,
+) -> dict[str, call_stream.UnaryHandler]:
+    """Each servicer's methods, wrapped once (errors, span, metric, tokens);
+    returns the unary ones by full method name, for the call stream."""
     tokens = AdminTokens(settings.admin_jwks) if settings.admin_jwks else None
     app_tokens = either = None
     if settings.admin_jwks:
         app_tokens = AdminTokens(settings.admin_jwks, APP_AUDIENCE, "app call")
         either = AdminTokens(settings.admin_jwks, [AUDIENCE, APP_AUDIENCE], "admin or app call")
+    unary: dict[str, call_stream.UnaryHandler] = {}
     for registration in registrations:
-        # Our servicers get one wrapper per method (errors, span, metric);
-        # health and reflection stay bare: probes need no span.
         handlers = method_handlers(
             registration.servicer,
             registration.full_name,
@@ -138,6 +139,30 @@ def build_server(
             (grpc.method_handlers_generic_handler(registration.full_name, handlers),)
         )
         server.add_registered_method_handlers(registration.full_name, handlers)
+        for method, handler in handlers.items():
+            if handler.unary_unary is not None:
+                unary[f"/{registration.full_name}/{method}"] = call_stream.UnaryHandler(
+                    handler.unary_unary, handler.request_deserializer, handler.response_serializer
+                )
+    return unary
+
+
+def build_server(
+    name: str,
+    settings: ServiceSettings,
+    registrations: Sequence[Registration],
+    probes: Sequence[DependencyProbe] = (),
+    options: Sequence[tuple[str, Any]] = (),
+) -> Service:
+    """An unstarted server with health, reflection, error mapping, spans and metrics."""
+    server = grpc.aio.server(
+        options=[("grpc.so_reuseport", 0), *transport.SERVER_KEEPALIVE, *options]
+    )
+    # Our servicers get one wrapper per method (errors, span, metric);
+    # health and reflection stay bare: probes need no span. The same unary
+    # methods are served as frames on held streams too (the stack's callers).
+    frames = call_stream.CallStreamServicer(_add_servicers(server, settings, registrations, name))
+    server.add_generic_rpc_handlers((call_stream.stream_handler(frames),))
     names = [r.full_name for r in registrations]
     health_status = HealthStatus(
         names,
@@ -148,6 +173,7 @@ def build_server(
     reflection.enable_server_reflection(
         [
             *names,
+            call_stream.SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ],
@@ -161,7 +187,7 @@ def build_server(
         server, transport.unix_listener(settings.socket), None
     ):
         raise OSError(f"{name}: cannot listen on {settings.socket}")
-    return Service(name, settings, server, health_status, port, probes)
+    return Service(name, settings, server, health_status, port, probes, frames=frames)
 
 
 def init_process(name: str, settings: ServiceSettings) -> Telemetry:

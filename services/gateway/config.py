@@ -45,6 +45,12 @@ class GatewaySettings(ServiceSettings):
         "(no embed stage when it is of the user's version); false: embed on the way "
         "(or from the cache) as before stored vectors.",
     )
+    call_streams: bool = Field(
+        True,
+        description="Send the request path's calls (features, retrieval, ranking) as frames "
+        "on one held stream per backend (about half a unary call's CPU per hop); false: "
+        "a unary call each.",
+    )
     user_vector_cache_size: int = Field(
         50_000,
         ge=0,

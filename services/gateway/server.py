@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -13,6 +14,7 @@ from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit import transport
+from recserve_kit.call_stream import CallStream, over_stream
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.jsonl_log import JsonlLog
@@ -53,9 +55,37 @@ async def backend_serving(channel: grpc.aio.Channel) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+# The request path's calls; with call_streams they go as frames on one held
+# stream per backend (recserve_kit.call_stream).
+HOT_METHODS = {
+    "features": ("recserve.features.v1.FeatureService", ("GetUserFeatures", "GetItemFeatures")),
+    "retriever": ("recserve.retriever.v1.RetrieverService", ("Search", "SimilarItems", "GetItems")),
+    "ranker": ("recserve.ranker.v1.RankerService", ("EmbedUser", "Score")),
+}
+
+
+def stubs(
+    settings: GatewaySettings, channels: dict[str, grpc.aio.Channel]
+) -> tuple[Any, Any, Any, list[CallStream]]:
+    """The backends' stubs, with the hot methods on held streams when
+    ``call_streams`` is on (the streams returned, to close)."""
+    made = {
+        "features": features_pb2_grpc.FeatureServiceStub(channels["features"]),
+        "retriever": retriever_pb2_grpc.RetrieverServiceStub(channels["retriever"]),
+        "ranker": ranker_pb2_grpc.RankerServiceStub(channels["ranker"]),
+    }
+    streams = []
+    if settings.call_streams:
+        for name, (service, methods) in HOT_METHODS.items():
+            stream = CallStream(channels[name])
+            over_stream(made[name], stream, service, methods)
+            streams.append(stream)
+    return made["features"], made["retriever"], made["ranker"], streams
+
+
 def create_gateway(
     settings: GatewaySettings, channels: dict[str, grpc.aio.Channel]
-) -> tuple[Gateway, ItemWatch]:
+) -> tuple[Gateway, ItemWatch, list[CallStream]]:
     """The domain with its local copies loaded: fallback lists, segment lists,
     and the catalogue copy the returned watch keeps live."""
     popular = PopularItems(settings.data_dir)
@@ -64,16 +94,9 @@ def create_gateway(
     segments.reload()
     descriptions = ItemDescriptions()
     watch = ItemWatch(channels["features"], descriptions.replace, descriptions.update)
-    gateway = Gateway(
-        settings,
-        features_pb2_grpc.FeatureServiceStub(channels["features"]),
-        retriever_pb2_grpc.RetrieverServiceStub(channels["retriever"]),
-        ranker_pb2_grpc.RankerServiceStub(channels["ranker"]),
-        popular,
-        descriptions,
-        segments,
-    )
-    return gateway, watch
+    features, retriever, ranker, streams = stubs(settings, channels)
+    gateway = Gateway(settings, features, retriever, ranker, popular, descriptions, segments)
+    return gateway, watch, streams
 
 
 def recorders(settings: GatewaySettings) -> tuple[Impressions, EventLog]:
@@ -88,8 +111,8 @@ def recorders(settings: GatewaySettings) -> tuple[Impressions, EventLog]:
     return impressions, EventLog(settings.data_dir / "events" / "app")
 
 
-async def create_server(settings: GatewaySettings) -> Service:
-    channels = {
+def backend_channels(settings: GatewaySettings) -> dict[str, grpc.aio.Channel]:
+    return {
         name: transport.aio_channel(address, settings.tls("gateway"), CHANNEL_OPTIONS)
         for name, address in (
             ("features", settings.features_addr),
@@ -97,7 +120,11 @@ async def create_server(settings: GatewaySettings) -> Service:
             ("ranker", settings.ranker_addr),
         )
     }
-    gateway, watch = create_gateway(settings, channels)
+
+
+async def create_server(settings: GatewaySettings) -> Service:
+    channels = backend_channels(settings)
+    gateway, watch, streams = create_gateway(settings, channels)
     popular, segments = gateway.degrade.popular, gateway.degrade.segments
 
     async def fallback_loaded() -> bool:
@@ -138,6 +165,8 @@ async def create_server(settings: GatewaySettings) -> Service:
                 log.error("keeping the previous fallback lists: %s", exc)
 
     async def close_channels() -> None:
+        for stream in streams:
+            stream.close()
         for channel in channels.values():
             await channel.close()
         impressions.close()  # what is queued is written

@@ -3,6 +3,12 @@
 Inference requests are Triton's own protobuf (``ModelInferRequest``) with
 the tensors as raw bytes, sent on one persistent channel: tritonclient's
 per-call request builder and result wrapper cost more than the call itself.
+They go on one held ``ModelStreamInfer`` stream, matched to their answers by
+request id (a unary call's stream setup costs about half of a hop's CPU,
+docs/benchmarks.md "Held call streams"; Triton's dynamic batcher takes a
+stream's requests as any others). Two kinds go as unary calls instead: a
+sampled request, whose trace context Triton reads from the call's metadata,
+and one the rollout judge times to its end even when nobody waits.
 The ``tritonclient.grpc.aio`` client does the control calls (readiness,
 loading, the repository index), with the ranker's secret header.
 """
@@ -10,6 +16,7 @@ loading, the repository index), with the ranker's secret header.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,6 +27,7 @@ import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import KeepAliveOptions, service_pb2, service_pb2_grpc
 
 from recserve_kit import transport
+from recserve_kit.call_stream import StreamCalls
 from recserve_kit.errors import FailedPrecondition, Unavailable
 from recserve_kit.tracing import is_sampled, outbound_metadata
 from services.ranker.config import RankerSettings
@@ -83,10 +91,19 @@ class TritonClient:
             ],
         )
         self.infer_stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
-        self.abandoned = 0  # calls still running that nobody waits for
+        self.stream = StreamCalls(
+            self.infer_stub.ModelStreamInfer, lambda answer: answer.infer_response.id
+        )
+        self._ids = itertools.count(1)
+        self.abandoned_unary = 0  # unary calls still running that nobody waits for
+
+    @property
+    def abandoned(self) -> int:
+        """Inferences still running in Triton that nobody waits for."""
+        return self.abandoned_unary + self.stream.late
 
     def _late_call_done(self, _: asyncio.Future[object]) -> None:
-        self.abandoned -= 1
+        self.abandoned_unary -= 1
 
     async def infer(
         self,
@@ -98,20 +115,49 @@ class TritonClient:
         track: Callable[[asyncio.Future[object]], None] | None = None,
     ) -> np.ndarray:
         """One inference; ``track`` sees the call's future (it may outlive us)."""
+        if self.abandoned >= self.settings.max_abandoned_calls:
+            raise Unavailable("Triton is behind: too many late calls still running")
+        request = infer_request(model, version, inputs, output)
         # Triton continues the caller's trace, for sampled requests only (it
         # traces whatever carries a context).
-        metadata = outbound_metadata() if is_sampled() else ()
+        if self.settings.triton_stream and track is None and not is_sampled():
+            return await self._streamed(model, request, timeout_s)
+        return await self._unary(model, request, outbound_metadata(), timeout_s, track)
+
+    async def _streamed(
+        self, model: str, request: service_pb2.ModelInferRequest, timeout_s: float
+    ) -> np.ndarray:
+        request.id = frame_id = str(next(self._ids))
+        # Never cancelled either (see _unary): a late answer is read and dropped.
+        try:
+            answer = await self.stream.held().send(frame_id, request, timeout_s + BACKSTOP_GRACE_S)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise Unavailable("Triton did not answer within the deadline") from None
+            log.warning("Triton %s inference stream failed: %s", model, exc.details())
+            raise Unavailable(f"Triton {model} inference failed") from None
+        if answer.error_message:
+            log.warning("Triton %s inference failed: %s", model, answer.error_message)
+            raise Unavailable(f"Triton {model} inference failed")
+        return output_array(answer.infer_response)
+
+    async def _unary(
+        self,
+        model: str,
+        request: service_pb2.ModelInferRequest,
+        metadata: tuple[tuple[str, str], ...],
+        timeout_s: float,
+        track: Callable[[asyncio.Future[object]], None] | None,
+    ) -> np.ndarray:
         # The call is never cancelled from here: Triton 2.51's gRPC frontend
         # can crash on a request cancelled while it completes (reproduced
         # under overload; triton-inference-server/server#7368, fixed in
         # 24.12). An answer that comes too late for our caller finishes in
         # the background, unread; past max_abandoned_calls of those, new
         # calls fail at once, so an overloaded Triton's backlog is bounded.
-        if self.abandoned >= self.settings.max_abandoned_calls:
-            raise Unavailable("Triton is behind: too many late calls still running")
         call = asyncio.ensure_future(
             self.infer_stub.ModelInfer(
-                infer_request(model, version, inputs, output),
+                request,
                 timeout=self.settings.triton_client_timeout_s,
                 metadata=metadata,
             )
@@ -126,7 +172,7 @@ class TritonClient:
             result = await asyncio.wait_for(asyncio.shield(call), timeout_s + BACKSTOP_GRACE_S)
         except (TimeoutError, asyncio.CancelledError) as stopped:
             if not call.done():
-                self.abandoned += 1
+                self.abandoned_unary += 1
                 call.add_done_callback(self._late_call_done)
             if isinstance(stopped, asyncio.CancelledError):
                 raise
@@ -157,5 +203,6 @@ class TritonClient:
         return list(index.get("models", []))
 
     async def close(self) -> None:
+        self.stream.close()
         await self.control.close()
         await self.channel.close()

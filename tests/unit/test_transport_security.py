@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from recserve.features.v1 import features_pb2, features_pb2_grpc
 from recserve_kit import transport
+from recserve_kit.call_stream import CallStream, over_stream
 from recserve_kit.config import ServiceSettings
 from recserve_kit.server import Registration, build_server
 from recserve_kit.transport import Tls
@@ -108,19 +109,27 @@ async def test_admin_rpcs_verify_the_token_inside_the_service(secured, secrets, 
         "expired": f"Bearer {auth.mint_token(auth_dir / 'private.pem', ttl_s=-60)}",
     }
     async with transport.aio_channel(service.address, Tls.load(tls_dir, "operator")) as channel:
-        stub = features_pb2_grpc.FeatureServiceStub(channel)
-        for what, header in tokens.items():
-            metadata = (("authorization", header),) if header else ()
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await stub.PushUserEvents(push_request(), metadata=metadata, timeout=5)
-            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, what
-            assert "admin call" in caught.value.details(), what
+        stream = CallStream(channel)
+        unary = features_pb2_grpc.FeatureServiceStub(channel)
+        # The same checks for a call sent as a frame on a held stream.
+        framed = over_stream(
+            features_pb2_grpc.FeatureServiceStub(channel), stream, SERVICE, ["PushUserEvents"]
+        )
+        for how, stub in (("unary", unary), ("frame", framed)):
+            for what, header in tokens.items():
+                metadata = (("authorization", header),) if header else ()
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await stub.PushUserEvents(push_request(), metadata=metadata, timeout=5)
+                assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, (how, what)
+                assert "admin call" in caught.value.details(), (how, what)
         assert servicer.pushed == 0
         token = (auth_dir / "admin.token").read_text()
-        reply = await stub.PushUserEvents(
-            push_request(), metadata=(("authorization", f"Bearer {token}"),), timeout=5
-        )
-        assert reply.accepted == 1 and servicer.pushed == 1
+        for pushed, stub in enumerate((unary, framed), 1):
+            reply = await stub.PushUserEvents(
+                push_request(), metadata=(("authorization", f"Bearer {token}"),), timeout=5
+            )
+            assert reply.accepted == 1 and servicer.pushed == pushed
+        stream.close()
         # Read RPCs need no token.
         assert (await get_user(channel)).user.found
 

@@ -20,6 +20,12 @@ def hop(
     tls: Annotated[
         bool, typer.Option(help="Call with <data-dir>/tls/operator.pem (the stack's default).")
     ] = True,
+    pace_ms: Annotated[
+        float,
+        typer.Option(
+            help="Unary vs frame rows: one call at a time, this pause between; 0: 8 at once."
+        ),
+    ] = 0.0,
     out: Path | None = None,
 ) -> None:
     """CPU floor of one gRPC hop and one Triton call, against the running stack."""
@@ -30,11 +36,11 @@ def hop(
 
     spec = EncodingSpec.load(artifacts.current(data_dir) / "encoding.json")
     operator = Tls.load(data_dir / "tls", "operator") if tls else None
-    result = run_hop(address, service, triton_url, spec.user_dim, calls, operator)
+    result = run_hop(address, service, triton_url, spec.user_dim, calls, operator, pace_ms)
     table = Table(title=f"CPU per call that does no work ({calls:,} calls, 8 at a time)")
     for column in ("hop", "server us", "client us", "total us", "calls/s"):
         table.add_column(column, justify="left" if column == "hop" else "right")
-    for name in ("service_hop", "triton_hop"):
+    for name in ("service_hop", "features_unary", "features_frame", "triton_hop"):
         row = result[name]
         assert isinstance(row, dict)
         table.add_row(
