@@ -96,6 +96,12 @@ OTHERS = [
         "Triton's OTLP/HTTP traces "
         "URL; unset: the OTLP endpoint's host, its port + 1, `/v1/traces`.",
     ),
+    (
+        "GRPC_EXPERIMENTS",
+        "every service",
+        "gRPC core's experiments; unset, the services turn off `event_engine_client` and "
+        "`event_engine_listener` (12% less CPU per Recommend here, docs/benchmarks.md).",
+    ),
     ("RECSERVE_SPARK_DRIVER_MEMORY", "the re-scoring job", "Spark driver memory (default `2g`)."),
 ]
 

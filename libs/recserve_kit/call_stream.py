@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 SERVICE = "recserve.calls.v1.CallStreamService"
 METHOD = f"/{SERVICE}/Calls"
 Stub = TypeVar("Stub")
+# Streams held per channel at most; more open only while all are writing.
+STREAMS = 4
 
 
 # --- server side -----------------------------------------------------------
@@ -191,6 +193,7 @@ class HeldStream:
         # still works on them; counted so a caller can bound that backlog.
         self.late: set[Any] = set()
         self.outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.writing = False
         self.broken: grpc.aio.AioRpcError | None = None
         # A caller cancelled in the middle of a write would cancel the whole
         # stream (grpc.aio does so), so one task writes for everybody.
@@ -218,10 +221,18 @@ class HeldStream:
             self.late.add(frame_id)
             future.set_exception(_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
+    @property
+    def backlog(self) -> int:
+        """Frames not yet handed to grpc (one in its hands counts)."""
+        return self.outbox.qsize() + self.writing
+
     async def _write(self) -> None:
         try:
             while True:
-                await self.call.write(await self.outbox.get())
+                frame = await self.outbox.get()
+                self.writing = True
+                await self.call.write(frame)
+                self.writing = False
         except grpc.aio.AioRpcError as exc:
             self._break(exc)
         except asyncio.InvalidStateError:
@@ -262,42 +273,56 @@ class HeldStream:
 
 
 class StreamCalls:
-    """Calls on a held stream of ``open_call``, a new one opened on the first
-    call after the last one broke."""
+    """Calls on up to ``streams`` held streams of ``open_call``: each call on
+    the first idle one, else on the one with the least to write (gRPC writes
+    one message at a time per stream, so under load one stream would queue
+    frames behind each other); a new stream opens only when all are busy,
+    and in a broken one's place."""
 
-    def __init__(self, open_call: Callable[[], Any], answer_id: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, open_call: Callable[[], Any], answer_id: Callable[[Any], Any], streams: int = 1
+    ) -> None:
+        if streams < 1:
+            raise ValueError("streams must be at least 1")
         self._open_call = open_call
         self._answer_id = answer_id
-        self._held: HeldStream | None = None
+        self._held: list[HeldStream | None] = [None] * streams
 
     def held(self) -> HeldStream:
-        held = self._held
-        if held is None or held.broken is not None:
-            held = self._held = HeldStream(self._open_call, self._answer_id)
-        return held
+        best: HeldStream | None = None
+        for n, held in enumerate(self._held):
+            if held is None or held.broken is not None:
+                held = self._held[n] = HeldStream(self._open_call, self._answer_id)
+            if held.backlog == 0:
+                return held
+            if best is None or held.backlog < best.backlog:
+                best = held
+        assert best is not None
+        return best
 
     @property
     def late(self) -> int:
         """Frames still running that nobody waits for."""
-        return len(self._held.late) if self._held is not None else 0
+        return sum(len(held.late) for held in self._held if held is not None)
 
     def close(self) -> None:
-        if self._held is not None:
-            self._held.close()
-            self._held = None
+        for n, held in enumerate(self._held):
+            if held is not None:
+                held.close()
+                self._held[n] = None
 
 
 class CallStream:
     """Unary calls of the kit's services multiplexed on one held stream of
     ``channel`` (their ``CallStreamService``)."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, streams: int = STREAMS) -> None:
         open_call = channel.stream_stream(
             METHOD,
             request_serializer=cpb.CallsRequest.SerializeToString,
             response_deserializer=cpb.CallsResponse.FromString,
         )
-        self.calls = StreamCalls(open_call, lambda answer: answer.id)
+        self.calls = StreamCalls(open_call, lambda answer: answer.id, streams)
         self._ids = itertools.count(1)
 
     def unary(self, method: str, response_class: Any) -> Callable[..., Awaitable[Any]]:

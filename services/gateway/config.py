@@ -45,11 +45,13 @@ class GatewaySettings(ServiceSettings):
         "(no embed stage when it is of the user's version); false: embed on the way "
         "(or from the cache) as before stored vectors.",
     )
-    call_streams: bool = Field(
-        True,
-        description="Send the request path's calls (features, retrieval, ranking) as frames "
-        "on one held stream per backend (about half a unary call's CPU per hop); false: "
-        "a unary call each.",
+    call_streams: int = Field(
+        4,
+        ge=0,
+        le=64,
+        description="Held streams per backend that carry the request path's calls (features, "
+        "retrieval, ranking) as frames, about half a unary call's CPU per hop; a call takes "
+        "an idle one, more open only while all are writing. 0: a unary call each.",
     )
     user_vector_cache_size: int = Field(
         50_000,

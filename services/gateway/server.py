@@ -55,8 +55,8 @@ async def backend_serving(channel: grpc.aio.Channel) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-# The request path's calls; with call_streams they go as frames on one held
-# stream per backend (recserve_kit.call_stream).
+# The request path's calls; with call_streams they go as frames on held
+# streams per backend (recserve_kit.call_stream).
 HOT_METHODS = {
     "features": ("recserve.features.v1.FeatureService", ("GetUserFeatures", "GetItemFeatures")),
     "retriever": ("recserve.retriever.v1.RetrieverService", ("Search", "SimilarItems", "GetItems")),
@@ -68,7 +68,7 @@ def stubs(
     settings: GatewaySettings, channels: dict[str, grpc.aio.Channel]
 ) -> tuple[Any, Any, Any, list[CallStream]]:
     """The backends' stubs, with the hot methods on held streams when
-    ``call_streams`` is on (the streams returned, to close)."""
+    ``call_streams`` is above 0 (the streams returned, to close)."""
     made = {
         "features": features_pb2_grpc.FeatureServiceStub(channels["features"]),
         "retriever": retriever_pb2_grpc.RetrieverServiceStub(channels["retriever"]),
@@ -77,7 +77,7 @@ def stubs(
     streams = []
     if settings.call_streams:
         for name, (service, methods) in HOT_METHODS.items():
-            stream = CallStream(channels[name])
+            stream = CallStream(channels[name], settings.call_streams)
             over_stream(made[name], stream, service, methods)
             streams.append(stream)
     return made["features"], made["retriever"], made["ranker"], streams

@@ -49,10 +49,13 @@ class RankerSettings(ServiceSettings):
         description="gRPC deadline of a Triton call: a backstop only, far past "
         "triton_timeout_s, since Triton 2.51 can crash on cancelled requests.",
     )
-    triton_stream: bool = Field(
-        True,
-        description="Send inferences on one held ModelStreamInfer stream (unsampled, "
-        "untimed ones; about half a unary call's CPU); false: a unary ModelInfer each.",
+    triton_streams: int = Field(
+        4,
+        ge=0,
+        le=64,
+        description="Held ModelStreamInfer streams that carry inferences (unsampled, untimed "
+        "ones), about half a unary call's CPU; more open only while all are writing. "
+        "0: a unary ModelInfer each.",
     )
     max_abandoned_calls: int = Field(
         64,

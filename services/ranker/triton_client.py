@@ -92,7 +92,9 @@ class TritonClient:
         )
         self.infer_stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.stream = StreamCalls(
-            self.infer_stub.ModelStreamInfer, lambda answer: answer.infer_response.id
+            self.infer_stub.ModelStreamInfer,
+            lambda answer: answer.infer_response.id,
+            max(settings.triton_streams, 1),
         )
         self._ids = itertools.count(1)
         self.abandoned_unary = 0  # unary calls still running that nobody waits for
@@ -120,7 +122,7 @@ class TritonClient:
         request = infer_request(model, version, inputs, output)
         # Triton continues the caller's trace, for sampled requests only (it
         # traces whatever carries a context).
-        if self.settings.triton_stream and track is None and not is_sampled():
+        if self.settings.triton_streams and track is None and not is_sampled():
             return await self._streamed(model, request, timeout_s)
         return await self._unary(model, request, outbound_metadata(), timeout_s, track)
 

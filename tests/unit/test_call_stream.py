@@ -180,3 +180,22 @@ async def test_a_streaming_method_cannot_go_as_frames(served):
             SERVICE,
             ["WatchItemFeatures"],
         )
+
+
+async def test_calls_spread_over_the_streams_only_when_one_is_busy(served):
+    _, _, _, channel = served
+    stream = CallStream(channel, streams=3)
+    stub = over_stream(
+        features_pb2_grpc.FeatureServiceStub(channel), stream, SERVICE, ["GetUserFeatures"]
+    )
+    try:
+        await stub.GetUserFeatures(ask("a"), timeout=2)
+        await stub.GetUserFeatures(ask("b"), timeout=2)
+        # One at a time: the first stream is idle each time, no other opens.
+        assert sum(held is not None for held in stream.calls._held) == 1
+        users = [f"slow:{n}" for n in range(20, 60, 5)]
+        replies = await asyncio.gather(*(stub.GetUserFeatures(ask(u), timeout=2) for u in users))
+        assert [r.user.user_id for r in replies] == users
+        assert sum(held is not None for held in stream.calls._held) == 3
+    finally:
+        stream.close()
