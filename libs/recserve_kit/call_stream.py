@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 SERVICE = "recserve.calls.v1.CallStreamService"
 METHOD = f"/{SERVICE}/Calls"
 Stub = TypeVar("Stub")
-# Streams held per channel at most; more open only while all are writing.
+# Streams held per channel at most; more open only while all have calls pending.
 STREAMS = 4
 
 
@@ -193,7 +193,6 @@ class HeldStream:
         # still works on them; counted so a caller can bound that backlog.
         self.late: set[Any] = set()
         self.outbox: asyncio.Queue[Any] = asyncio.Queue()
-        self.writing = False
         self.broken: grpc.aio.AioRpcError | None = None
         # A caller cancelled in the middle of a write would cancel the whole
         # stream (grpc.aio does so), so one task writes for everybody.
@@ -223,16 +222,13 @@ class HeldStream:
 
     @property
     def backlog(self) -> int:
-        """Frames not yet handed to grpc (one in its hands counts)."""
-        return self.outbox.qsize() + self.writing
+        """Frames sent and not answered yet."""
+        return len(self.pending)
 
     async def _write(self) -> None:
         try:
             while True:
-                frame = await self.outbox.get()
-                self.writing = True
-                await self.call.write(frame)
-                self.writing = False
+                await self.call.write(await self.outbox.get())
         except grpc.aio.AioRpcError as exc:
             self._break(exc)
         except asyncio.InvalidStateError:
@@ -274,10 +270,11 @@ class HeldStream:
 
 class StreamCalls:
     """Calls on up to ``streams`` held streams of ``open_call``: each call on
-    the first idle one, else on the one with the least to write (gRPC writes
-    one message at a time per stream, so under load one stream would queue
-    frames behind each other); a new stream opens only when all are busy,
-    and in a broken one's place."""
+    the first one with nothing pending, else on the one with the least
+    pending. gRPC reads and writes one message at a time per stream, on
+    each side, so under load one stream would queue frames and answers
+    behind each other; idle, one stream carries everything. A broken stream
+    is replaced on the next call that would use it."""
 
     def __init__(
         self, open_call: Callable[[], Any], answer_id: Callable[[Any], Any], streams: int = 1

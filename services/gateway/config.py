@@ -51,7 +51,8 @@ class GatewaySettings(ServiceSettings):
         le=64,
         description="Held streams per backend that carry the request path's calls (features, "
         "retrieval, ranking) as frames, about half a unary call's CPU per hop; a call takes "
-        "an idle one, more open only while all are writing. 0: a unary call each.",
+        "the one with the fewest calls pending (more open only while all have some). "
+        "0: a unary call each.",
     )
     user_vector_cache_size: int = Field(
         50_000,

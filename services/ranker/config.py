@@ -54,7 +54,7 @@ class RankerSettings(ServiceSettings):
         ge=0,
         le=64,
         description="Held ModelStreamInfer streams that carry inferences (unsampled, untimed "
-        "ones), about half a unary call's CPU; more open only while all are writing. "
+        "ones), about half a unary call's CPU; more open only while all have calls pending. "
         "0: a unary ModelInfer each.",
     )
     max_abandoned_calls: int = Field(
