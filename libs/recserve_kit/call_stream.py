@@ -1,11 +1,12 @@
-"""Unary calls between the stack's services as frames on one held stream.
+"""Unary calls between the stack's services as frames on held streams.
 
 A unary call in grpc.aio opens an HTTP/2 stream, sends and reads metadata
 and a status, and wakes grpc's poller thread and the event loop several
-times; at the stack's rates (one call in flight at a time) that cost 0.7 ms
-of server and 0.7 ms of client CPU per hop here, against 0.4 + 0.5 ms for a
-message on a stream already open (docs/benchmarks.md, "Held call streams").
-So a caller that makes the same calls all day holds one stream per channel
+times; one call at a time, as the stack sees them, a call that does no work
+cost 1.09 ms of server and 0.84 ms of client CPU here, against 0.71 + 0.70
+ms as a message on a stream already open (`python -m bench hop --pace-ms
+5`; docs/benchmarks.md, "Held call streams and gRPC's own polling"). So a
+caller that makes the same calls all day holds a few streams per channel
 (``CallStream``) and sends each call as a frame: its id, the method, the
 request bytes, the deadline and the metadata. The server (every service the
 kit builds, ``CallStreamServicer``) runs the very handler a unary call to
@@ -16,6 +17,8 @@ To the caller nothing changes: ``over_stream`` swaps a generated stub's
 methods for ones that take the same arguments and raise the same
 ``grpc.aio.AioRpcError`` (DEADLINE_EXCEEDED when the deadline passes,
 UNAVAILABLE when the stream breaks; the next call opens a new one).
+``StreamCalls`` is the part any held stream can use (Triton's own
+``ModelStreamInfer`` in the ranker).
 """
 
 from __future__ import annotations
@@ -310,8 +313,8 @@ class StreamCalls:
 
 
 class CallStream:
-    """Unary calls of the kit's services multiplexed on one held stream of
-    ``channel`` (their ``CallStreamService``)."""
+    """Unary calls of the kit's services multiplexed on up to ``streams``
+    held streams of ``channel`` (their ``CallStreamService``)."""
 
     def __init__(self, channel: grpc.aio.Channel, streams: int = STREAMS) -> None:
         open_call = channel.stream_stream(

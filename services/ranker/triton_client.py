@@ -65,6 +65,14 @@ def output_array(response: service_pb2.ModelInferResponse) -> np.ndarray:
     return np.frombuffer(response.raw_output_contents[0], dtype="<f4").reshape(shape)
 
 
+def _unavailable(model: str, exc: grpc.aio.AioRpcError) -> Unavailable:
+    """A failed inference call (unary or on the stream) as the ranker's error."""
+    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return Unavailable("Triton did not answer within the deadline")
+    log.warning("Triton %s inference failed: %s", model, exc.details())
+    return Unavailable(f"Triton {model} inference failed")
+
+
 def _consume(call: asyncio.Future[object]) -> None:
     """Reads the outcome of a call nobody may await any more (no warning)."""
     if not call.cancelled():
@@ -94,6 +102,7 @@ class TritonClient:
         self.stream = StreamCalls(
             self.infer_stub.ModelStreamInfer,
             lambda answer: answer.infer_response.id,
+            # Opens nothing until used: with 0 streams every call is unary.
             max(settings.triton_streams, 1),
         )
         self._ids = itertools.count(1)
@@ -134,10 +143,7 @@ class TritonClient:
         try:
             answer = await self.stream.held().send(frame_id, request, timeout_s + BACKSTOP_GRACE_S)
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise Unavailable("Triton did not answer within the deadline") from None
-            log.warning("Triton %s inference stream failed: %s", model, exc.details())
-            raise Unavailable(f"Triton {model} inference failed") from None
+            raise _unavailable(model, exc) from None
         if answer.error_message:
             log.warning("Triton %s inference failed: %s", model, answer.error_message)
             raise Unavailable(f"Triton {model} inference failed")
@@ -180,10 +186,7 @@ class TritonClient:
                 raise
             raise Unavailable("Triton did not answer within the deadline") from None
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise Unavailable("Triton did not answer within the deadline") from None
-            log.warning("Triton %s inference failed: %s", model, exc.details())
-            raise Unavailable(f"Triton {model} inference failed") from None
+            raise _unavailable(model, exc) from None
         return output_array(result)
 
     async def ready(self, model: str, number: int) -> bool:
