@@ -48,11 +48,20 @@ class _AffinityGiven(nn.Module):
         item_features: Tensor,
         retrieval_score: Tensor,
         affinity: Tensor,
+        source_features: Tensor,
     ) -> Tensor:
         r = self.ranker
         rows = r.table[item_id.squeeze(-1)]
-        x = r.features(rows, user_vector, user_features, item_features, retrieval_score, affinity)
-        return r.head(x, retrieval_score, affinity)
+        x = r.features(
+            rows,
+            user_vector,
+            user_features,
+            item_features,
+            retrieval_score,
+            affinity,
+            source_features,
+        )
+        return r.head(x, retrieval_score, affinity, source_features)
 
 
 def _cpu_us(calls: int, **pieces: Callable[[], object]) -> dict[str, float]:
@@ -90,13 +99,17 @@ def profile(artifact: Path, work_dir: Path, n: int = 200, calls: int = 2000) -> 
     affinity = UserAffinity.load(artifact)
     assert affinity is not None, "an artifact from before the affinity"
     work_dir.mkdir(parents=True, exist_ok=True)
-    example = (*export.example_ranker_inputs(spec)[:5], torch.zeros(3, 1))
+    example = (
+        *export.example_ranker_inputs(spec)[:5],
+        torch.zeros(3, 1),
+        export.example_ranker_inputs(spec)[6],
+    )
     graphs = {
         "served": export.export_ranker(ranker, spec, work_dir / "served.onnx"),
         "affinity_given": export._export(
             _AffinityGiven(ranker).eval(),
             example,
-            (*export.RANKER_INPUTS[:5], "affinity"),
+            (*export.RANKER_INPUTS[:5], "affinity", "source_features"),
             export.RANKER_OUTPUTS,
             work_dir / "affinity_given.onnx",
         ),

@@ -26,12 +26,8 @@ from pipelines import dataset, onboarding_model
 from pipelines.evaluate import metrics_at
 from pipelines.inputs import Inputs, build_spec, encode_inputs
 from pipelines.models import TwoTower
-from pipelines.train import (
-    TrainConfig,
-    item_vectors,
-    seen_rows,
-    train_two_tower,
-)
+from pipelines.ranker_examples import seen_rows
+from pipelines.train import TrainConfig, item_vectors, train_two_tower
 from recserve_model import segments as segment
 from recserve_model.encoding import Encoder
 

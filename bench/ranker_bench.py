@@ -32,6 +32,7 @@ from pipelines.models import Int8Ranker, Ranker
 from pipelines.triton_repo import cpu_config, model_specs, publish_model
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import HISTORY_LEN, EncodingSpec
+from recserve_model.sources import SOURCE_FEATURES
 
 
 def ranker_feed(
@@ -46,6 +47,7 @@ def ranker_feed(
         "retrieval_score": rng.random((n, 1)).astype(np.float32),
         # One user's side of the affinity, repeated on each candidate's row.
         "user_affinity": np.repeat(rng.standard_normal((1, rank)), n, axis=0).astype(np.float32),
+        "source_features": rng.random((n, SOURCE_FEATURES)).astype(np.float32),
     }
 
 
@@ -173,12 +175,20 @@ class TableAsInput(torch.nn.Module):
         self.retrieval_weight = ranker.retrieval_weight
 
     def forward(
-        self, table, item_id, user_vector, user_features, item_features, retrieval_score, affinity
+        self,
+        table,
+        item_id,
+        user_vector,
+        user_features,
+        item_features,
+        retrieval_score,
+        affinity,
+        sources,
     ):
         rows = table[item_id.squeeze(-1)]
         # The rank-1 affinity's gather costs next to nothing beside the table.
         x = self.features(
-            rows, user_vector, user_features, item_features, retrieval_score, affinity
+            rows, user_vector, user_features, item_features, retrieval_score, affinity, sources
         )
         return self.net(x) + self.retrieval_weight * retrieval_score
 

@@ -26,14 +26,16 @@ from pipelines import (
     dataset,
     evaluate,
     export,
+    item_neighbours,
     logged_events,
     movielens,
     onboarding_model,
     triton_repo,
     user_vectors,
 )
-from pipelines.inputs import build_spec, encode_inputs
-from pipelines.models import Int8Ranker
+from pipelines.inputs import Inputs, build_spec, encode_inputs
+from pipelines.models import Int8Ranker, Ranker, TwoTower
+from pipelines.steps import Steps
 from pipelines.train import (
     TrainConfig,
     item_vectors,
@@ -45,16 +47,22 @@ from recserve_cli import console as cli_console
 from recserve_delivery import state as rollout_state
 from recserve_model import artifacts
 from recserve_model import segments as segment
+from recserve_model.encoding import EncodingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_SOURCES = [
     ROOT / "pipelines" / "dataset.py",
     ROOT / "pipelines" / "models.py",
     ROOT / "pipelines" / "train.py",
+    ROOT / "pipelines" / "ranker_examples.py",
     ROOT / "pipelines" / "inputs.py",  # the encoding fitted to the data
     ROOT / "pipelines" / "user_vectors.py",  # every user's stored vector
     ROOT / "pipelines" / "export.py",
     ROOT / "pipelines" / "baselines.py",  # the ranker's affinity factors
+    ROOT / "pipelines" / "sparse_baselines.py",
+    ROOT / "pipelines" / "item_neighbours.py",  # the candidate sources
+    ROOT / "pipelines" / "evaluate.py",  # the gate's figures
+    ROOT / "libs" / "recserve_model" / "sources.py",
     ROOT / "pipelines" / "onboarding_model.py",  # new users' lists
     ROOT / "libs" / "recserve_model" / "segments.py",
     ROOT / "libs" / "recserve_model" / "encoding.py",
@@ -146,27 +154,15 @@ def item_vector_table(
     )
 
 
-def train_and_export(
-    out: Path, data: dataset.MovieLens, split: dataset.Split, config: TrainConfig, console: Console
-) -> dict[str, dict[str, float]]:
-    torch.manual_seed(config.seed)
-    torch.set_num_threads(2)
-    tables = dataset.feature_tables(data, split.train)
-    spec = build_spec(data, config.dim)
-    inputs = encode_inputs(spec, tables)
-    # The ranker learns from features as of the end of the tower period.
-    inputs_then = encode_inputs(spec, dataset.feature_tables(data, split.tower_train))
-    with Progress(console=console, transient=False) as progress:
-        tower = train_two_tower(split, inputs, config, progress)
-        ranker, ranker_training = train_ranker(
-            split, inputs_then, tower, item_vectors(tower, inputs_then), config, progress
-        )
-    # Served: the affinity refit on everything before the holdout, as the
-    # features are (the ranker learned on the same fit as of the tower period).
-    set_affinity(ranker, split.train, inputs.encoder)
-    vectors = item_vectors(tower, inputs)
-    spec.save(out / "encoding.json")
-    ranker.affinity.user_affinity().save(out)  # the user side, computed by callers
+def write_tables(
+    out: Path,
+    data: dataset.MovieLens,
+    split: dataset.Split,
+    tables: dict[str, pd.DataFrame],
+    inputs: Inputs,
+    vectors: np.ndarray,
+) -> None:
+    """The artifact's tables: features, item vectors, catalogue, fallbacks."""
     features_dir = out / "features"
     features_dir.mkdir()
     for name, table in tables.items():
@@ -182,8 +178,12 @@ def train_and_export(
         split.train, users, inputs.encoder, attributes, unused, data.inactive
     )
     (out / segment.FILE).write_text(json.dumps(lists))
-    console.print("exporting ONNX models")
-    paths = {
+
+
+def export_models(
+    out: Path, tower: TwoTower, ranker: Ranker, spec: EncodingSpec, inputs: Inputs
+) -> dict[str, Path]:
+    return {
         "user_tower": export.export_user_tower(tower, spec, out / "user_tower" / "model.onnx"),
         "item_tower": export.export_item_tower(
             tower, spec, inputs.item_features, inputs.popularity, out / "item_tower" / "model.onnx"
@@ -193,14 +193,62 @@ def train_and_export(
             Int8Ranker(ranker), spec, out / "ranker_int8" / "model.onnx"
         ),
     }
+
+
+def train_and_export(
+    out: Path, data: dataset.MovieLens, split: dataset.Split, config: TrainConfig, console: Console
+) -> dict[str, dict[str, float]]:
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(2)
+    steps = Steps(console)
+    with steps("features"):
+        tables = dataset.feature_tables(data, split.train)
+        spec = build_spec(data, config.dim)
+        inputs = encode_inputs(spec, tables)
+        # The ranker learns from features as of the end of the tower period.
+        inputs_then = encode_inputs(spec, dataset.feature_tables(data, split.tower_train))
+    with steps("item-to-item model, chosen on the validation window"):
+        choice = item_neighbours.choose_model(split, inputs.encoder)
+    console.print(f"item-to-item source: {choice.model}, recency tau {choice.recency_tau:g}")
+    with Progress(console=console, transient=False) as progress:
+        with steps("two-tower training"):
+            tower = train_two_tower(split, inputs, config, progress)
+        with steps("ranker training"):
+            ranker, ranker_training = train_ranker(
+                split,
+                inputs_then,
+                tower,
+                item_vectors(tower, inputs_then),
+                config,
+                progress,
+                choice.tower_period,
+            )
+    ranker_training["item_to_item"] = choice.report()
+    # Served: the affinity and the sources refit on everything before the
+    # holdout, as the features are (the ranker learned on the same fits as of
+    # the tower period).
+    with steps("affinity and sources refit"):
+        set_affinity(ranker, split.train, inputs.encoder)
+        item_neighbours.fit_sources(
+            split.train, inputs.encoder, choice.model, choice.recency_tau
+        ).save(out)
+    vectors = item_vectors(tower, inputs)
+    spec.save(out / "encoding.json")
+    ranker.affinity.user_affinity().save(out)  # the user side, computed by callers
+    write_tables(out, data, split, tables, inputs, vectors)
+    steps.start("ONNX export")
+    paths = export_models(out, tower, ranker, spec, inputs)
     torch.save({"tower": tower.state_dict(), "ranker": ranker.state_dict()}, out / "torch_state.pt")
-    console.print("evaluating on the held-out split")
+    steps.start("evaluation on the held-out split")
     (out / "ranker_training.json").write_text(json.dumps(ranker_training, indent=2))
     console.print(
         f"ranker: kept epoch {ranker_training['kept_epoch']} (held-out users' NDCG@10 "
         f"by epoch: {ranker_training['held_out_ndcg@10_by_epoch']})"
     )
-    metrics = evaluate.evaluate(split, inputs, vectors, paths, inactive=data.inactive)
+    metrics = evaluate.evaluate(
+        split, inputs, vectors, paths, inactive=data.inactive, ease_lambda=choice.ease_lambda
+    )
+    steps.stop()
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return metrics
 

@@ -18,12 +18,13 @@ import numpy as np
 import onnxruntime as ort
 import pandas as pd
 
-from pipelines import baselines, sparse_baselines
+from pipelines import baselines, item_neighbours, sparse_baselines
 from pipelines.dataset import Split, recent_items
 from pipelines.inputs import Inputs
-from pipelines.train import seen_rows
+from pipelines.ranker_examples import seen_rows
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
-from recserve_model.encoding import HISTORY_LEN, Encoder
+from recserve_model.encoding import Encoder
+from recserve_model.sources import SOURCE_ANN, Sources, source_features
 
 CUTOFFS = (10, 50, 100)
 RERANK_DEPTH = 200
@@ -57,9 +58,11 @@ def ranker_scores(
     inputs: Inputs,
     retrieval: np.ndarray,
     user_affinity: np.ndarray,
+    sources: np.ndarray,
 ) -> np.ndarray:
     n = len(rows)
     feed = {
+        "source_features": sources,
         "user_affinity": np.repeat(user_affinity[None, :], n, axis=0),
         "item_id": rows[:, None].astype(np.int64),
         "user_vector": np.repeat(user_vector[None, :], n, axis=0),
@@ -67,7 +70,8 @@ def ranker_scores(
         "item_features": inputs.item_features[rows],
         "retrieval_score": retrieval[:, None].astype(np.float32),
     }
-    return model.run(["score"], feed)[0][:, 0]
+    declared = {i.name for i in model.get_inputs()}
+    return model.run(["score"], {k: v for k, v in feed.items() if k in declared})[0][:, 0]
 
 
 def sampled(users: list[str]) -> list[str]:
@@ -85,20 +89,26 @@ class BaselineScores:
     sparse item-kNN and low-rank EASE above (fit on every training user's,
     scored a batch of users at a time): never items x items."""
 
-    def __init__(self, train: pd.DataFrame, encoder: Encoder, users: list[str]) -> None:
+    def __init__(
+        self,
+        train: pd.DataFrame,
+        encoder: Encoder,
+        users: list[str],
+        ease_lambda: float = baselines.EASE_LAMBDA,
+    ) -> None:
         self.dense = sparse_baselines.dense_ok(encoder.spec.num_rows)
         self.batch: tuple[int, dict[str, np.ndarray]] = (-1, {})
         if self.dense:
             self.history = baselines.interactions(train, encoder, users)
             self.weights = {
                 "item_knn": baselines.item_knn(self.history),
-                "ease": baselines.ease(self.history),
+                "ease": baselines.ease(self.history, ease_lambda),
             }
             return
         everyone = sparse_baselines.interactions(train, encoder, sorted(train["user_id"].unique()))
         self.rows = sparse_baselines.interactions(train, encoder, users)
         self.knn = sparse_baselines.ItemKnn(everyone)
-        lam = baselines.EASE_LAMBDA
+        lam = ease_lambda
         self.factors = sparse_baselines.low_rank_ease(everyone, sparse_baselines.BASELINE_RANK, lam)
 
     def of(self, i: int) -> dict[str, np.ndarray]:
@@ -119,6 +129,25 @@ class BaselineScores:
         return {name: scores[i - start].copy() for name, scores in self.batch[1].items()}
 
 
+def served_candidates(
+    sources: Sources | None,
+    seeds: np.ndarray,
+    own: np.ndarray,
+    blocked: np.ndarray,
+    retrieved: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """What the retriever serves a user besides the two-tower's ``retrieved``
+    (``recserve_model.sources``): the rows, their source features, and the
+    item-to-item source's own list (None without sources)."""
+    if sources is None:
+        bits = np.full(len(retrieved), SOURCE_ANN, np.uint8)
+        return retrieved, source_features(np.zeros(len(retrieved), np.float32), bits), None
+    user_scores = sources.user_scores(seeds)
+    alone = user_scores.pool(own, max(CUTOFFS) + len(own))
+    rows, bits = sources.candidates(user_scores, retrieved, own, lambda r: ~blocked[r])
+    return rows, source_features(user_scores.of(rows), bits), alone[~blocked[alone]][: max(CUTOFFS)]
+
+
 def evaluate(
     split: Split,
     inputs: Inputs,
@@ -126,11 +155,12 @@ def evaluate(
     models: dict[str, Path],
     only_users: set[str] | None = None,
     inactive: Collection[str] = (),
+    ease_lambda: float = baselines.EASE_LAMBDA,
 ) -> dict[str, dict[str, float]]:
     """Mean metrics over every held-out user, or over ``only_users`` of them;
-    ``inactive`` items are never recommended, as in serving."""
-    encoder = inputs.encoder
-    train = split.train
+    ``inactive`` items are never recommended, as in serving. Ranked lists
+    rank what the retriever serves (``served_candidates``)."""
+    encoder, train = inputs.encoder, split.train
     recent = recent_items(train)
     seen = seen_rows(train, encoder)
     truth = seen_rows(split.test, encoder)
@@ -139,11 +169,13 @@ def evaluate(
     rankers = {"ranked": session(models["ranker"]), "ranked_int8": session(models["ranker_int8"])}
     feats = np.stack([inputs.user_features[u] for u in users])
     hist = np.stack([encoder.history(recent.get(u, [])) for u in users])
-    assert hist.shape[1] == HISTORY_LEN
     u_vecs = user_tower.run(["user_vector"], {"user_features": feats, "history": hist})[0]
-    u_aff = vectors_or_zeros(UserAffinity.load(models["ranker"].parents[1]), hist)
+    artifact = models["ranker"].parents[1]
+    u_aff = vectors_or_zeros(UserAffinity.load(artifact), hist)
+    sources = Sources.load(artifact)
+    seeds = item_neighbours.history_rows(train, encoder, users)
     popularity_order = np.argsort(-inputs.popularity, kind="stable")
-    neighbours = BaselineScores(train, encoder, users)
+    neighbours = BaselineScores(train, encoder, users, ease_lambda)
     totals: dict[str, dict[str, float]] = {}
 
     def add(name: str, ranked: np.ndarray, user: str) -> None:
@@ -156,7 +188,8 @@ def evaluate(
     never[0] = True  # the out-of-vocabulary row
     for i, user in enumerate(users):
         blocked = never.copy()
-        blocked[list(seen.get(user, ()))] = True
+        own = np.fromiter(seen.get(user, ()), dtype=np.int64)
+        blocked[own] = True
         add("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)], user)
         for name, baseline in neighbours.of(i).items():
             baseline[blocked] = -np.inf
@@ -165,10 +198,12 @@ def evaluate(
         scores[blocked] = -np.inf
         retrieved = sparse_baselines.top(scores, RERANK_DEPTH)
         add("two_tower", retrieved, user)
+        retrieved, features, alone = served_candidates(sources, seeds[i], own, blocked, retrieved)
+        if alone is not None:
+            add("item_neighbours", alone, user)
+        user_inputs = (u_vecs[i], feats[i], inputs, scores[retrieved], u_aff[i], features)
         for name, model in rankers.items():
-            s = ranker_scores(
-                model, retrieved, u_vecs[i], feats[i], inputs, scores[retrieved], u_aff[i]
-            )
+            s = ranker_scores(model, retrieved, *user_inputs)
             add(name, retrieved[np.argsort(-s, kind="stable")], user)
     return totals
 

@@ -21,6 +21,7 @@ from torch.export import Dim
 from pipelines.models import Int8Ranker, Ranker, TwoTower
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import CATEGORY_OFFSET, HISTORY_LEN, OOV_ROW, EncodingSpec
+from recserve_model.sources import SOURCE_FEATURES
 
 USER_TOWER_INPUTS = ("user_features", "history")
 USER_TOWER_OUTPUTS = ("user_vector",)
@@ -31,6 +32,7 @@ RANKER_INPUTS = (
     "item_features",
     "retrieval_score",
     "user_affinity",
+    "source_features",
 )
 RANKER_OUTPUTS = ("score",)
 ITEM_TOWER_INPUTS = ("item_id", "item_features")
@@ -127,6 +129,7 @@ def example_ranker_inputs(
         torch.zeros(batch, spec.item_dim),
         torch.zeros(batch, 1),
         torch.zeros(batch, rank),
+        torch.zeros(batch, SOURCE_FEATURES),
     )
 
 

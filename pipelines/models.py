@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import HISTORY_LEN
+from recserve_model.sources import SOURCE_FEATURES
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -135,11 +136,12 @@ class Ranker(nn.Module):
         self.table = nn.Parameter(torch.randn(num_rows, dim) * 0.05)
         self.sparse = sparse  # the table takes sparse gradients (large catalogues)
         self.affinity = Affinity(num_rows, affinity_rank, HISTORY_LEN)
-        self.net = mlp([dim * 3 + user_dim + item_dim + 2, 128, 64, 1])
-        # The MLP learns a correction on top of the retrieval score, which
-        # alone is already a good ranking; it starts near zero.
+        self.net = mlp([dim * 3 + user_dim + item_dim + 2 + SOURCE_FEATURES, 128, 64, 1])
+        # The MLP learns a correction on top of the strong scores (retrieval,
+        # affinity, the item-to-item neighbour score); it starts near zero.
         self.retrieval_weight = nn.Parameter(torch.tensor(10.0))
         self.affinity_weight = nn.Parameter(torch.tensor(10.0))
+        self.neighbour_weight = nn.Parameter(torch.tensor(0.0))
         with torch.no_grad():
             last = self.net[-1]
             assert isinstance(last, nn.Linear)
@@ -157,6 +159,7 @@ class Ranker(nn.Module):
         item_features: torch.Tensor,
         retrieval_score: torch.Tensor,
         affinity: torch.Tensor,
+        source_features: torch.Tensor,
     ) -> torch.Tensor:
         return torch.cat(
             [
@@ -167,14 +170,20 @@ class Ranker(nn.Module):
                 item_features,
                 retrieval_score,
                 affinity,
+                source_features,
             ],
             dim=-1,
         )
 
-    def head(self, x: Tensor, retrieval_score: Tensor, affinity: Tensor) -> Tensor:
-        """The MLP's correction on top of the two strong scores."""
+    def head(
+        self, x: Tensor, retrieval_score: Tensor, affinity: Tensor, source_features: Tensor
+    ) -> Tensor:
+        """The MLP's correction on top of the three strong scores."""
         return (
-            self.net(x) + self.retrieval_weight * retrieval_score + self.affinity_weight * affinity
+            self.net(x)
+            + self.retrieval_weight * retrieval_score
+            + self.affinity_weight * affinity
+            + self.neighbour_weight * source_features[:, :1]
         )
 
     def forward(
@@ -185,14 +194,21 @@ class Ranker(nn.Module):
         item_features: torch.Tensor,  # [B, I]
         retrieval_score: torch.Tensor,  # [B, 1]
         user_affinity: torch.Tensor,  # [B, R] the user's side of the affinity
+        source_features: torch.Tensor,  # [B, SOURCE_FEATURES] (recserve_model.sources)
     ) -> torch.Tensor:
         index = item_id.squeeze(-1)
         rows = F.embedding(index, self.table, sparse=True) if self.sparse else self.table[index]
         affinity = self.affinity.score(item_id, user_affinity)
         x = self.features(
-            rows, user_vector, user_features, item_features, retrieval_score, affinity
+            rows,
+            user_vector,
+            user_features,
+            item_features,
+            retrieval_score,
+            affinity,
+            source_features,
         )
-        return self.head(x, retrieval_score, affinity)  # [B, 1]
+        return self.head(x, retrieval_score, affinity, source_features)  # [B, 1]
 
 
 def quantize_rows(table: Tensor) -> tuple[Tensor, Tensor]:
@@ -243,6 +259,7 @@ class Int8Ranker(nn.Module):
         self.net = ranker.net
         self.retrieval_weight = ranker.retrieval_weight
         self.affinity_weight = ranker.affinity_weight
+        self.neighbour_weight = ranker.neighbour_weight
         self._features = ranker.features
         self._head = ranker.head
 
@@ -254,11 +271,18 @@ class Int8Ranker(nn.Module):
         item_features: torch.Tensor,
         retrieval_score: torch.Tensor,
         user_affinity: torch.Tensor,
+        source_features: torch.Tensor,
     ) -> torch.Tensor:
         index = item_id.squeeze(-1)
         rows = self.table_q[index].to(torch.float32) * self.scale[index].to(torch.float32)
         affinity = self.affinity.score(item_id, user_affinity)
         x = self._features(
-            rows, user_vector, user_features, item_features, retrieval_score, affinity
+            rows,
+            user_vector,
+            user_features,
+            item_features,
+            retrieval_score,
+            affinity,
+            source_features,
         )
-        return self._head(x, retrieval_score, affinity)
+        return self._head(x, retrieval_score, affinity, source_features)

@@ -18,10 +18,17 @@ from pipelines import baselines, sparse_baselines
 from pipelines.dataset import Split
 from pipelines.inputs import Inputs
 from pipelines.models import Ranker, TwoTower
+from pipelines.ranker_examples import (
+    AFFINITY_BLEND,
+    initial_blend,
+    ndcg_at_10,
+    ranker_examples,
+)
 from recserve_model.encoding import HISTORY_LEN, Encoder
-
-SCORED_CELLS = 50_000_000  # ranker candidates: users x items scores at once (200 MB)
-AFFINITY_BLEND = 10.0
+from recserve_model.sources import (
+    SOURCE_FEATURES,
+    Sources,
+)
 
 
 @dataclass(frozen=True)
@@ -100,22 +107,6 @@ def item_vectors(model: TwoTower, inputs: Inputs) -> np.ndarray:
     return model.item(rows, torch.from_numpy(inputs.item_features)).numpy()
 
 
-@torch.no_grad()
-def user_vectors(
-    model: TwoTower, inputs: Inputs, users: list[str], recent: pd.Series
-) -> np.ndarray:
-    feats = torch.from_numpy(np.stack([inputs.user_features[u] for u in users]))
-    hist = torch.from_numpy(np.stack([inputs.encoder.history(recent.get(u, [])) for u in users]))
-    return model.user(feats, hist).numpy()
-
-
-def seen_rows(frame: pd.DataFrame, encoder: Encoder) -> dict[str, set[int]]:
-    return {
-        user: set(encoder.item_rows(list(items)))
-        for user, items in frame.groupby("user_id")["item_id"]
-    }
-
-
 def set_affinity(model: Ranker, train: pd.DataFrame, encoder: Encoder) -> None:
     """The ranker's affinity factors, fit in closed form on ``train``."""
     history_side, item_side = baselines.fit_affinity(train, encoder, model.affinity.rank)
@@ -156,59 +147,6 @@ def optimizers(
     return Optimizers(dense(rest), torch.optim.SparseAdam(tables, lr=lr))
 
 
-@dataclass(frozen=True)
-class RankerExamples:
-    """Each training user's candidates (the tower's top-n unseen items) with
-    their labels and the model's inputs, as tensors."""
-
-    candidates: torch.Tensor
-    labels: torch.Tensor
-    retrieval: torch.Tensor
-    user_vectors: torch.Tensor
-    user_features: torch.Tensor
-    history: torch.Tensor
-    item_features: torch.Tensor
-
-
-def ranker_examples(
-    split: Split, inputs: Inputs, tower: TwoTower, vectors: np.ndarray, n: int
-) -> RankerExamples:
-    from pipelines.dataset import recent_items
-
-    encoder = inputs.encoder
-    users = sorted(split.ranker_train["user_id"].unique())
-    recent = recent_items(split.tower_train)
-    u_vecs = user_vectors(tower, inputs, users, recent)
-    seen = seen_rows(split.tower_train, encoder)
-    targets = seen_rows(split.ranker_train, encoder)
-    cand = np.zeros((len(users), n), dtype=np.int64)
-    label = np.zeros((len(users), n), dtype=np.float32)
-    retrieval = np.zeros((len(users), n), dtype=np.float32)
-    chunk = max(1, SCORED_CELLS // len(vectors))  # users scored at once: bounded memory
-    for start in range(0, len(users), chunk):
-        scores = u_vecs[start : start + chunk] @ vectors.T
-        scores[:, 0] = -np.inf
-        for j, user in enumerate(users[start : start + chunk]):
-            s = scores[j].copy()
-            s[list(seen.get(user, ()))] = -np.inf
-            top = sparse_baselines.top(s, n)
-            # Train on what serving will see: the tower's own top-n. Adding the
-            # positives it missed would teach "low retrieval score is good".
-            wanted = np.fromiter(targets[user], dtype=np.int64)
-            cand[start + j] = top
-            label[start + j] = np.isin(top, wanted)
-            retrieval[start + j] = scores[j][top]
-    return RankerExamples(
-        torch.from_numpy(cand),
-        torch.from_numpy(label),
-        torch.from_numpy(retrieval),
-        torch.from_numpy(u_vecs),
-        torch.from_numpy(np.stack([inputs.user_features[u] for u in users])),
-        torch.from_numpy(np.stack([encoder.history(recent.get(u, [])) for u in users])),
-        torch.from_numpy(inputs.item_features),
-    )
-
-
 def initial_ranker(split: Split, inputs: Inputs, tower: TwoTower, config: TrainConfig) -> Ranker:
     """The ranker before training: the tower's own softmax plus the affinity."""
     spec = inputs.encoder.spec
@@ -234,6 +172,7 @@ def train_ranker(
     vectors: np.ndarray,
     config: TrainConfig,
     progress: Progress,
+    sources: Sources | None = None,
 ) -> tuple[Ranker, dict[str, Any]]:
     """Learns to re-rank the two-tower's candidates for the ranker window;
     returns the model and what training kept (epoch, held-out NDCG per epoch).
@@ -245,7 +184,8 @@ def train_ranker(
     """
     torch.manual_seed(config.seed)
     n = config.ranker_candidates
-    ex = ranker_examples(split, inputs, tower, vectors, n)
+    ex = ranker_examples(split, inputs, tower, vectors, n, sources)
+    n = ex.candidates.shape[1]
     model = initial_ranker(split, inputs, tower, config)
     with torch.no_grad():
         user_side = model.affinity.user_side(ex.history)  # fixed factors: once per user
@@ -271,12 +211,20 @@ def train_ranker(
             ex.item_features[rows.squeeze(-1)],
             ex.retrieval[u].reshape(-1, 1),
             user_side[u].repeat_interleave(n, 0),
+            ex.source_features[u].reshape(-1, SOURCE_FEATURES),
         ).reshape(len(u), n)
 
+    # Three weights, not fit by gradient: chosen on every window user (a
+    # fifth alone picked noise among the blends).
+    blend = initial_blend(model, logits, ex.labels, order, ex.retrieval, ex.source_features[..., 0])
     best, by_epoch = keep_best_epoch(
         model, logits, ex.labels, fit, held, (optimizer, generator), config, progress
     )
-    return model, {"kept_epoch": best, "held_out_ndcg@10_by_epoch": by_epoch}
+    return model, {
+        "kept_epoch": best,
+        "held_out_ndcg@10_by_epoch": by_epoch,
+        "initial_blend": blend,
+    }
 
 
 def keep_best_epoch(
@@ -328,14 +276,3 @@ def keep_best_epoch(
     model.load_state_dict(best[2])
     model.eval()
     return best[1], by_epoch
-
-
-def ndcg_at_10(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Mean NDCG@10 of each row's candidates ranked by ``scores``."""
-    top = torch.argsort(scores, dim=1, descending=True, stable=True)[:, :10]
-    gains = torch.gather(labels, 1, top) / torch.log2(torch.arange(2, 12, dtype=torch.float32))
-    ideal_hits = labels.sum(1).clamp(max=10).long()
-    discounts = 1 / torch.log2(torch.arange(2, 12, dtype=torch.float32))
-    ideal = torch.cumsum(discounts, 0)[(ideal_hits - 1).clamp(min=0)]
-    has = ideal_hits > 0
-    return float((gains.sum(1)[has] / ideal[has]).mean())

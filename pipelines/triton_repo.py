@@ -36,6 +36,7 @@ from pathlib import Path
 
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import HISTORY_LEN, EncodingSpec
+from recserve_model.sources import SOURCE_FEATURES
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_MODEL = ROOT / "infra" / "triton" / "onnx_model.py"
@@ -70,6 +71,7 @@ def model_specs(spec: EncodingSpec, affinity_rank: int = AFFINITY_RANK) -> list[
             Tensor("item_features", "TYPE_FP32", (spec.item_dim,)),
             Tensor("retrieval_score", "TYPE_FP32", (1,)),
             Tensor("user_affinity", "TYPE_FP32", (affinity_rank,)),
+            Tensor("source_features", "TYPE_FP32", (SOURCE_FEATURES,)),
         ),
         (Tensor("score", "TYPE_FP32", (1,)),),
     )

@@ -24,6 +24,7 @@ from recserve_model import artifacts
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.attribute_features import texts_from_json
 from recserve_model.encoding import OOV_ROW, Encoder, EncodingSpec
+from recserve_model.sources import SOURCE_ANN, Sources, source_features
 
 RANKER_CHUNK = 8_192  # pairs per ONNX Runtime call (faster than larger chunks, measured)
 
@@ -48,10 +49,16 @@ class ModelBundle:
     vocabulary: pa.Array  # item id by embedding row
     row_index: pd.Index  # item id -> embedding row
     affinity: UserAffinity | None  # None: an artifact from before the affinity feature
+    # The candidate sources (neighbour scores for the ranker's feature); None: before them.
+    sources: Sources | None = None
 
     @property
     def ranker_reads_affinity(self) -> bool:
         return any(i.name == "user_affinity" for i in self.ranker.get_inputs())
+
+    @property
+    def ranker_reads_sources(self) -> bool:
+        return any(i.name == "source_features" for i in self.ranker.get_inputs())
 
 
 def item_catalog(artifact_dir: Path) -> pd.DataFrame:
@@ -99,6 +106,7 @@ def load_bundle(artifact_dir: str, ranking_model: str, inactive: tuple[str, ...]
         vocabulary=pa.array(vocabulary, pa.string()),
         row_index=pd.Index(vocabulary),
         affinity=UserAffinity.load(directory),
+        sources=Sources.load(directory),
     )
 
 
@@ -148,6 +156,20 @@ def _seen_mask(bundle: ModelBundle, seen: Sequence[Sequence[str]], scores: np.nd
     scores[users[known], rows[known]] = -np.inf
 
 
+def _source_features(
+    bundle: ModelBundle, seen: Sequence[Sequence[str]], rows: np.ndarray, valid: np.ndarray
+) -> np.ndarray:
+    """[valid pairs, SOURCE_FEATURES]: the nightly lists rank the two-tower's
+    candidates, each with its neighbour score from the user's own items."""
+    neighbour = np.zeros(rows.shape, dtype=np.float32)
+    if bundle.sources is not None:
+        for u, items in enumerate(seen):
+            own = bundle.row_index.get_indexer(np.asarray(list(items), dtype=object))
+            neighbour[u] = bundle.sources.user_scores(own[own > 0]).of(rows[u])
+    pairs = neighbour[valid]
+    return source_features(pairs, np.full(len(pairs), SOURCE_ANN, np.uint8))
+
+
 def score_users(bundle: ModelBundle, users: pd.DataFrame, candidates: int) -> ScoredBatch:
     """Top-``candidates`` retrieval (exact, unseen, eligible) and ranker scores."""
     user_features, history = _user_inputs(bundle, users)
@@ -170,6 +192,7 @@ def score_users(bundle: ModelBundle, users: pd.DataFrame, candidates: int) -> Sc
     user_of_pair = np.nonzero(valid)[0]
     pair_rows = rows[valid]
     flat_scores = np.empty(len(pair_rows), dtype=np.float32)
+    features = _source_features(bundle, users["seen_item_ids"].tolist(), rows, valid)
     for start in range(0, len(pair_rows), RANKER_CHUNK):
         part = slice(start, start + RANKER_CHUNK)
         owners = user_of_pair[part]
@@ -182,6 +205,8 @@ def score_users(bundle: ModelBundle, users: pd.DataFrame, candidates: int) -> Sc
         }
         if bundle.ranker_reads_affinity:
             feed["user_affinity"] = user_affinity[owners]
+        if bundle.ranker_reads_sources:
+            feed["source_features"] = features[part]
         flat_scores[part] = bundle.ranker.run(["score"], feed)[0][:, 0]
     scores[valid] = flat_scores
     return ScoredBatch(

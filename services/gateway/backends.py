@@ -37,6 +37,28 @@ class Embedded:
 
 
 @dataclass(frozen=True)
+class Retrieved:
+    """The retriever's candidates in columns: ids, two-tower scores and, from
+    an artifact with candidate sources, neighbour scores and source bits
+    (empty bytes otherwise)."""
+
+    ids: list[str]
+    scores: np.ndarray
+    neighbour_scores_f32: bytes = b""
+    sources: bytes = b""
+
+    def only(self, keep: list[int]) -> Retrieved:
+        neighbour = np.frombuffer(self.neighbour_scores_f32, "<f4")
+        sources = np.frombuffer(self.sources, np.uint8)
+        return Retrieved(
+            [self.ids[n] for n in keep],
+            self.scores[keep],
+            neighbour[keep].tobytes() if len(neighbour) else b"",
+            sources[keep].tobytes() if len(sources) else b"",
+        )
+
+
+@dataclass(frozen=True)
 class Ranked:
     scores: np.ndarray
     model_version: str
@@ -123,10 +145,12 @@ class Backends:
         categories: Sequence[str],
         exclude: Sequence[str],
         attributes: Sequence[AttributeFilter] = (),
-    ) -> tuple[list[str], np.ndarray]:
-        """Candidates for a user vector: ids and retrieval scores, in columns,
-        from the generation of the model version that computed the vector (a
-        retrained model rolled out has its own, PrepareModelVersion)."""
+        history: Sequence[str] = (),
+    ) -> Retrieved:
+        """Candidates for a user vector, in columns, from the generation of
+        the model version that computed the vector (a retrained model rolled
+        out has its own, PrepareModelVersion); ``history``, the user's own
+        items, most recent first, seeds the item-to-item candidates."""
         reply = await stages.run(
             "retrieve",
             "RETRIEVER",
@@ -138,12 +162,18 @@ class Backends:
                     filter=search_filter(categories, exclude, attributes),
                     columns=True,
                     model_version=embedded.model_version,
+                    history_item_ids=history,
                 ),
                 timeout=t,
                 metadata=outbound_metadata(),
             ),
         )
-        return list(reply.item_ids), np.frombuffer(reply.scores_f32, "<f4")
+        return Retrieved(
+            list(reply.item_ids),
+            np.frombuffer(reply.scores_f32, "<f4"),
+            reply.neighbour_scores_f32,
+            reply.sources,
+        )
 
     async def similar(
         self,
@@ -175,8 +205,7 @@ class Backends:
         stages: Stages,
         profile: fpb.UserFeatures,
         embedded: Embedded,
-        ids: Sequence[str],
-        retrieval_scores: np.ndarray,
+        retrieved: Retrieved,
         explain: bool = False,
         version: str = "",
     ) -> Ranked:
@@ -189,8 +218,10 @@ class Backends:
                     user=profile,
                     user_vector_f32=embedded.vector_f32,
                     user_vector_version=embedded.model_version,
-                    item_ids=ids,
-                    retrieval_scores_f32=retrieval_scores.tobytes(),
+                    item_ids=retrieved.ids,
+                    retrieval_scores_f32=retrieved.scores.tobytes(),
+                    neighbour_scores_f32=retrieved.neighbour_scores_f32,
+                    sources=retrieved.sources,
                     explain=explain,
                     version=version,
                 ),

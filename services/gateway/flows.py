@@ -15,7 +15,7 @@ from opentelemetry import trace
 
 from recserve.features.v1 import features_pb2 as fpb
 from recserve_kit import attributes as attr
-from services.gateway.backends import Backends, Embedded, Ranked, ranker_profile
+from services.gateway.backends import Backends, Embedded, Ranked, Retrieved, ranker_profile
 from services.gateway.degrade import Degrade, Known
 from services.gateway.query import Answer, Explanation, Item, Query
 from services.gateway.stages import StageFailed, Stages
@@ -38,10 +38,10 @@ class Flows:
         profile = ranker_profile(user)
         try:
             embedded = await self.backends.embed(stages, profile, user)
-            exclude = list(query.exclude_item_ids)
-            exclude += seen[: max(0, RETRIEVER_EXCLUDE_LIMIT - len(exclude))]
-            ids, scores = await self.backends.search(
-                stages, embedded, query.categories, exclude, query.attribute_filters
+            exclude = list(query.exclude_item_ids)[:RETRIEVER_EXCLUDE_LIMIT]
+            history = seen[: max(0, RETRIEVER_EXCLUDE_LIMIT - len(exclude))]
+            retrieved = await self.backends.search(
+                stages, embedded, query.categories, exclude, query.attribute_filters, history
             )
         except StageFailed as failure:
             known = Known(user, seen)
@@ -54,9 +54,8 @@ class Flows:
         if len(seen) + len(query.exclude_item_ids) > RETRIEVER_EXCLUDE_LIMIT:
             # The retriever was sent only the first 1,000 exclusions.
             blocked = {*query.exclude_item_ids, *seen}
-            keep = [n for n, i in enumerate(ids) if i not in blocked]
-            ids, scores = [ids[n] for n in keep], scores[keep]
-        return await self._rank_and_merge(query, profile, embedded, ids, scores, stages)
+            retrieved = retrieved.only([n for n, i in enumerate(retrieved.ids) if i not in blocked])
+        return await self._rank_and_merge(query, profile, embedded, retrieved, stages)
 
     async def similar(self, query: Query, stages: Stages) -> Answer:
         user: fpb.UserFeatures | None = None
@@ -75,23 +74,24 @@ class Flows:
         )
         blocked = {*query.exclude_item_ids, *seen}
         hits = [c for c in candidates if c.item_id not in blocked]
-        ids = [c.item_id for c in hits]
-        scores = np.fromiter((c.score for c in hits), np.float32, len(hits))
+        retrieved = Retrieved(
+            [c.item_id for c in hits], np.fromiter((c.score for c in hits), np.float32, len(hits))
+        )
         if user is None or not user.found:
-            return await self._rank_and_merge(query, None, None, ids, scores, stages)
+            return await self._rank_and_merge(query, None, None, retrieved, stages)
         profile = ranker_profile(user)
         embedded = await self.backends.embed(stages, profile, user)
-        return await self._rank_and_merge(query, profile, embedded, ids, scores, stages)
+        return await self._rank_and_merge(query, profile, embedded, retrieved, stages)
 
     async def _rank_and_merge(
         self,
         query: Query,
         profile: fpb.UserFeatures | None,
         embedded: Embedded | None,
-        ids: Sequence[str],
-        retrieval_scores: np.ndarray,
+        retrieved: Retrieved,
         stages: Stages,
     ) -> Answer:
+        ids, retrieval_scores = retrieved.ids, retrieved.scores
         span = trace.get_current_span()
         span.set_attribute(attr.CANDIDATES, len(ids))
         if not ids:
@@ -106,8 +106,7 @@ class Flows:
                     stages,
                     profile,
                     embedded,
-                    ids,
-                    retrieval_scores,
+                    retrieved,
                     query.debug,
                     query.model_version,
                 )

@@ -25,6 +25,7 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, Unavailable
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import vectors_or_zeros
 from recserve_model.encoding import Encoder
+from recserve_model.sources import SOURCE_ANN, source_features
 from services.ranker.coalescer import Coalescer, Track
 from services.ranker.config import RankerSettings
 from services.ranker.item_table import ItemTable
@@ -81,6 +82,14 @@ class ScoreQuery:
     vector_field: str = "user_vector"  # named in errors about the vector
     explain: bool = False  # return each candidate's affinity too
     version: str = ""  # score with this loaded version, not the user's (a comparison)
+    # [n, SOURCE_FEATURES]: each candidate's neighbour score and sources; None:
+    # no sources (every candidate a nearest neighbour, no neighbour score).
+    source_features: np.ndarray | None = None
+
+
+def ann_only(n: int) -> np.ndarray:
+    """The source features of candidates from the nearest neighbours alone."""
+    return source_features(np.zeros(n, np.float32), np.full(n, SOURCE_ANN, np.uint8))
 
 
 def user_arrays(encoder: Encoder, user: UserInput) -> tuple[np.ndarray, np.ndarray]:
@@ -264,15 +273,27 @@ class Ranker:
         vector_version: str = "",
         explain: bool = False,
         version: str = "",
+        neighbour_scores: np.ndarray | None = None,
+        sources: np.ndarray | None = None,
     ) -> Scored:
         """Score in columns: item features gathered from the live item table.
         A vector another model version computed (``vector_version``, a caller's
-        cache) is not used: the user is embedded again by the version that scores."""
+        cache) is not used: the user is embedded again by the version that scores.
+        ``neighbour_scores`` and ``sources``: the retriever's, for each candidate."""
         n = len(item_ids)
         self._check_count(n, "item_ids")
-        if len(retrieval_scores) != n:
-            raise InvalidArgument(
-                "retrieval_scores_f32", f"has {len(retrieval_scores)} values for {n} item_ids"
+        for name, column in (
+            ("retrieval_scores_f32", retrieval_scores),
+            ("neighbour_scores_f32", neighbour_scores),
+            ("sources", sources),
+        ):
+            if column is not None and len(column) != n:
+                raise InvalidArgument(name, f"has {len(column)} values for {n} item_ids")
+        extra = None
+        if neighbour_scores is not None or sources is not None:
+            extra = source_features(
+                np.zeros(n, np.float32) if neighbour_scores is None else neighbour_scores,
+                np.full(n, SOURCE_ANN, np.uint8) if sources is None else sources,
             )
         query = ScoreQuery(
             user,
@@ -285,6 +306,7 @@ class Ranker:
             "user_vector_f32",
             explain,
             version,
+            extra,
         )
         return await self._score_routed(query)
 
@@ -338,6 +360,11 @@ class Ranker:
             # A version whose graph predates the affinity is fed without it
             # (infra/triton/onnx_model.py).
             ("user_affinity", np.broadcast_to(user_affinity, (n, AFFINITY_RANK))),
+            # Graphs from before the candidate sources are fed without it.
+            (
+                "source_features",
+                ann_only(n) if query.source_features is None else query.source_features,
+            ),
         ]
         scores = await self._rank(loaded, inputs, query.timeout_s)
         if not np.isfinite(scores).all():

@@ -168,6 +168,10 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             vector_version=request.user_vector_version,
             explain=request.explain,
             version=request.version,
+            neighbour_scores=f32(request.neighbour_scores_f32, "neighbour_scores_f32")
+            if request.neighbour_scores_f32
+            else None,
+            sources=np.frombuffer(request.sources, np.uint8) if request.sources else None,
         )
         return score_response(scored, self.ranker)
 

@@ -28,6 +28,7 @@ from recserve_model import artifacts
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
+from recserve_model.sources import SOURCE_FEATURES
 from services.ranker.config import RankerSettings
 from services.ranker.triton_client import Tensor, TritonClient
 from services.ranker.triton_metrics import read_memory_fraction
@@ -242,6 +243,7 @@ class ModelVersions:
             ("item_features", np.zeros((1, spec.item_dim), np.float32)),
             ("retrieval_score", np.zeros((1, 1), np.float32)),
             ("user_affinity", np.zeros((1, AFFINITY_RANK), np.float32)),
+            ("source_features", np.zeros((1, SOURCE_FEATURES), np.float32)),
         ]
         await self.triton.infer(
             self.settings.ranking_model, target.ranking_model_version, ranking, "score", 30.0

@@ -29,10 +29,12 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound, U
 from recserve_kit.validation import check_id
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
+from recserve_model.sources import Sources
 from services.retriever.checks import ItemInput, check_filter, check_item, check_vector
 from services.retriever.config import RetrieverSettings
 from services.retriever.generations import LOAD_BATCH, Generations, Recorded, Write, read_items
 from services.retriever.prepared import VERSION, Prepared, Preparer
+from services.retriever.source_tables import SourceTables
 from services.retriever.store import ItemRecord, SearchFilter, StoreInfo, VectorStore
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,8 @@ class Retriever:
         self._journals: list[tuple[str, list[Write]]] = []
         self._digests: dict[str, str] = {}  # model version -> its item vectors' checksum
         self.preparer = Preparer(self)
+        root = artifacts.artifacts_root(settings.data_dir)
+        self.sources = SourceTables(lambda version: root / version)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -281,6 +285,14 @@ class Retriever:
         check_filter(flt, self.schema)
         k = self._k(k)
         return store.search(query, k, flt, self._ef(ef, k)), store.generation
+
+    def sources_for(self, model_version: str) -> tuple[Sources | None, VectorStore]:
+        """The candidate sources of the artifact that searches for this
+        version (the prepared one's for its own), and its store."""
+        prepared = self.prepared
+        own = bool(model_version) and prepared is not None and prepared.version == model_version
+        version = model_version if own else self.artifact_version
+        return self.sources.of(version), self._store_for(model_version)
 
     def similar(
         self, item_id: str, k: int, flt: SearchFilter

@@ -44,6 +44,8 @@ def build_filter(flt: SearchFilter) -> qe.Filter | None:
             must.append(qe.FieldCondition(key=key, range=bounds))
     if flt.exclude_item_ids:
         must_not.append(qe.HasIdCondition({point_id(i) for i in flt.exclude_item_ids}))
+    if flt.only_item_ids:
+        must.append(qe.HasIdCondition({point_id(i) for i in flt.only_item_ids}))
     if not must and not must_not:
         return None
     # (The stubs' list of a union is invariant; these conditions are in it.)
@@ -97,14 +99,14 @@ class EdgeStore:
         return cls(path, qe.EdgeShard.load(str(path)), generation, dimension)
 
     def search(
-        self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int
+        self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int, exact: bool = False
     ) -> list[tuple[str, float]]:
         hits = self.shard.query(
             qe.QueryRequest(
                 limit=k,
                 query=qe.Query.Nearest(vector.tolist()),
                 filter=build_filter(flt),
-                params=qe.SearchParams(hnsw_ef=ef),
+                params=qe.SearchParams(hnsw_ef=ef, exact=exact),
                 with_payload=False,
             )
         )

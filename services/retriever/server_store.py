@@ -47,6 +47,8 @@ def build_filter(flt: SearchFilter) -> models.Filter | None:
             must.append(models.FieldCondition(key=key, range=bounds))
     if flt.exclude_item_ids:
         must_not.append(models.HasIdCondition(has_id=[point_id(i) for i in flt.exclude_item_ids]))
+    if flt.only_item_ids:
+        must.append(models.HasIdCondition(has_id=[point_id(i) for i in flt.only_item_ids]))
     if not must and not must_not:
         return None
     return models.Filter(must=must or None, must_not=must_not or None)
@@ -96,14 +98,14 @@ class ServerStore:
             self.client.create_payload_index(self.collection, attribute_key(name), field_type)
 
     def search(
-        self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int
+        self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int, exact: bool = False
     ) -> list[tuple[str, float]]:
         result = self.client.query_points(
             self.collection,
             query=vector.tolist(),
             limit=k,
             query_filter=build_filter(flt),
-            search_params=models.SearchParams(hnsw_ef=ef),
+            search_params=models.SearchParams(hnsw_ef=ef, exact=exact),
             with_payload=["item_id"],
         )
         return [(p.payload["item_id"], p.score) for p in result.points if p.payload]

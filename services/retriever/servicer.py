@@ -9,6 +9,7 @@ from recserve.retriever.v1 import retriever_pb2 as pb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit.errors import InvalidArgument
 from recserve_model.catalogue import PAYLOAD_KEY, AttributeFilter
+from services.retriever.candidate_sources import search_candidates
 from services.retriever.checks import ItemInput
 from services.retriever.domain import Retriever
 from services.retriever.item_tower import ItemTower
@@ -72,19 +73,40 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SearchResponse:
         packed = bool(request.vector_f32)
-        hits, generation = self.retriever.search(
-            request.vector_f32 if packed else request.vector,
-            request.k,
-            to_filter(request.filter),
-            request.ef,
-            field="vector_f32" if packed else "vector",
-            model_version=request.model_version,
-        )
+        vector = request.vector_f32 if packed else request.vector
+        field = "vector_f32" if packed else "vector"
+        flt = to_filter(request.filter)
         if not request.columns:
+            # The message form: nearest neighbours only, as before the sources.
+            history = tuple(request.history_item_ids)
+            blocked = SearchFilter(
+                flt.categories,
+                (*flt.exclude_item_ids, *history),
+                flt.include_inactive,
+                flt.attributes,
+            )
+            hits, generation = self.retriever.search(
+                vector, request.k, blocked, request.ef, field, request.model_version
+            )
             return pb.SearchResponse(items=scored(hits), generation=generation)
+        found, generation = search_candidates(
+            self.retriever,
+            vector,
+            request.k,
+            flt,
+            list(request.history_item_ids),
+            request.ef,
+            field,
+            request.model_version,
+        )
+        hits = found.hits
         return pb.SearchResponse(
             item_ids=[item_id for item_id, _ in hits],
             scores_f32=np.fromiter((s for _, s in hits), np.float32, len(hits)).tobytes(),
+            neighbour_scores_f32=b""
+            if found.neighbour_scores is None
+            else found.neighbour_scores.astype("<f4").tobytes(),
+            sources=b"" if found.sources is None else found.sources.tobytes(),
             generation=generation,
         )
 

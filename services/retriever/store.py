@@ -70,6 +70,8 @@ class SearchFilter:
     exclude_item_ids: tuple[str, ...] = ()
     include_inactive: bool = False
     attributes: tuple[AttributeFilter, ...] = ()
+    # Only these items (the candidate sources' pools); empty: every item.
+    only_item_ids: tuple[str, ...] = ()
 
 
 def attribute_key(name: str) -> str:
@@ -93,8 +95,10 @@ class VectorStore(Protocol):
     dimension: int
 
     def search(
-        self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int
-    ) -> list[tuple[str, float]]: ...
+        self, vector: np.ndarray, k: int, flt: SearchFilter, ef: int, exact: bool = False
+    ) -> list[tuple[str, float]]:
+        """``exact``: every point that passes is scored (the sources' few
+        pooled ids), not an HNSW walk that may miss some of them."""
 
     def vector_of(self, item_id: str) -> np.ndarray | None: ...
 

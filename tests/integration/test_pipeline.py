@@ -15,6 +15,7 @@ from recserve_model import artifacts
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import HISTORY_LEN, EncodingSpec
+from recserve_model.sources import SOURCE_FEATURES
 
 
 def load_models(directory):
@@ -36,6 +37,9 @@ def ranker_inputs(spec, n=257, seed=0):
         "item_features": rng.random((n, spec.item_dim)).astype(np.float32),
         "retrieval_score": rng.random((n, 1)).astype(np.float32),
         "user_affinity": rng.standard_normal((n, AFFINITY_RANK)).astype(np.float32) / 4,
+        "source_features": np.concatenate(
+            [rng.random((n, 1)), rng.integers(0, 2, (n, SOURCE_FEATURES - 1))], axis=1
+        ).astype(np.float32),
     }
 
 

@@ -156,6 +156,8 @@ async def test_scores_equal_onnxruntime_offline(built, ranker, catalog):
         "retrieval_score": np.asarray([[c.retrieval_score] for c in cands], np.float32),
         # The user's side of the affinity, from the recent items and the artifact.
         "user_affinity": np.repeat(UserAffinity.load(built.directory).vectors(hist[None, :]), n, 0),
+        # Candidate messages carry no sources: nearest neighbours, no neighbour score.
+        "source_features": np.tile(np.asarray([[0, 1, 0, 0]], np.float32), (n, 1)),
     }
     expected = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx")).run(None, feed)[
         0

@@ -13,6 +13,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 from pipelines.triton_repo import model_specs
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import EncodingSpec
+from recserve_model.sources import SOURCE_FEATURES
 from recserve_stack.triton_process import running_triton
 from tests.helpers import apoll_until
 
@@ -41,6 +42,7 @@ def make_inputs(spec: EncodingSpec, model: str, n: int, seed: int):
         "item_features": rng.random((n, spec.item_dim)).astype(np.float32),
         "retrieval_score": rng.random((n, 1)).astype(np.float32),
         "user_affinity": rng.standard_normal((n, AFFINITY_RANK)).astype(np.float32) / 4,
+        "source_features": rng.random((n, SOURCE_FEATURES)).astype(np.float32),
     }
 
 
@@ -139,8 +141,9 @@ class RankerBeforeAffinity(torch.nn.Module):
 
     def forward(self, item_id, user_vector, user_features, item_features, retrieval_score):
         none = user_vector.new_zeros(user_vector.shape[0], AFFINITY_RANK)
+        sources = user_vector.new_zeros(user_vector.shape[0], SOURCE_FEATURES)
         return self.ranker(
-            item_id, user_vector, user_features, item_features, retrieval_score, none
+            item_id, user_vector, user_features, item_features, retrieval_score, none, sources
         )
 
 
@@ -168,7 +171,9 @@ def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path)
     old = publish_model(repository, model, legacy, "legacy")
     new = publish_model(repository, model, built.directory, built.version)
     feed = make_inputs(spec, "ranker", 50, seed=2)
-    without_history = {k: v for k, v in feed.items() if k != "user_affinity"}
+    without_history = {
+        k: v for k, v in feed.items() if k not in ("user_affinity", "source_features")
+    }
     expected_old = ort.InferenceSession(str(legacy / "ranker" / "model.onnx")).run(
         None, without_history
     )[0]

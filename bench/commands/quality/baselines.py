@@ -18,7 +18,7 @@ def ease_by_lambda(dataset_dir: Path | None, raw_dir: Path, lambdas: list[float]
     from pipelines import baselines, dataset
     from pipelines.evaluate import CUTOFFS, metrics_at
     from pipelines.inputs import build_spec
-    from pipelines.train import seen_rows
+    from pipelines.ranker_examples import seen_rows
     from recserve_model.encoding import Encoder
 
     data = dataset.load_movielens(raw_dir, dataset_dir)

@@ -1,0 +1,184 @@
+"""The candidate sources beside the two-tower's nearest neighbours, as one
+artifact file (``sources.npz``) that the retriever serves and the build's
+evaluation, the ranker's training and the nightly scoring read the same way.
+
+- Item-to-item: each item's top neighbours by the build's item-item model
+  (EASE or item-kNN, whichever ranked the validation window better), with
+  their weights. A user's neighbour score of an item is the sum of its
+  weights over the user's items (the last ``HISTORY`` of them): EASE's or
+  item-kNN's own score, truncated to each item's top neighbours. The best
+  ``NEIGHBOUR_CANDIDATES`` unseen items are candidates, and every
+  candidate's neighbour score is a ranking feature.
+- Popular: the most-bought items of the training period.
+
+Candidates are picked from a pool in a fixed order (best score first, ties
+by row) and the first that pass the request's filter are kept, so the
+retriever (whose filter runs in Qdrant) and the offline evaluation (a
+boolean mask) pick the same items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+FILE = "sources.npz"
+HISTORY = 200  # a user's most recent items that seed the neighbour source
+NEIGHBOUR_CANDIDATES = 100  # item-to-item candidates per request
+POPULAR_CANDIDATES = 50  # popular candidates per request
+POOL_FACTOR = 3  # the pool each source's filter picks its candidates from
+POPULAR_KEPT = 2_000  # popular rows stored: more than any pool needs
+
+# A candidate's sources, one bit each (the retriever's `sources` column).
+SOURCE_ANN, SOURCE_NEIGHBOURS, SOURCE_POPULAR = 1, 2, 4
+SOURCE_NAMES = {SOURCE_ANN: "ann", SOURCE_NEIGHBOURS: "neighbours", SOURCE_POPULAR: "popular"}
+# The ranker's `source_features` input: the neighbour score, then one flag a source.
+SOURCE_FEATURES = 4
+
+
+def source_features(neighbour_scores: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """[n, SOURCE_FEATURES] float32 from each candidate's neighbour score and source bits."""
+    out = np.empty((len(neighbour_scores), SOURCE_FEATURES), dtype=np.float32)
+    out[:, 0] = neighbour_scores
+    for column, bit in enumerate((SOURCE_ANN, SOURCE_NEIGHBOURS, SOURCE_POPULAR), 1):
+        out[:, column] = (bits & bit) > 0
+    return out
+
+
+@dataclass(frozen=True)
+class UserNeighbourScores:
+    """One user's neighbour scores: the rows that have one, ascending, and
+    each row's score."""
+
+    rows: np.ndarray  # int64, ascending
+    scores: np.ndarray  # float32
+
+    def of(self, rows: np.ndarray) -> np.ndarray:
+        """The score of each of ``rows`` (0 where a row has none)."""
+        out = np.zeros(len(rows), dtype=np.float32)
+        if not len(self.rows):
+            return out
+        at = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
+        hit = self.rows[at] == rows
+        out[hit] = self.scores[at[hit]]
+        return out
+
+    def pool(self, blocked: np.ndarray, size: int) -> np.ndarray:
+        """The best ``size`` rows not blocked, best first, ties by row."""
+        keep = ~np.isin(self.rows, blocked)
+        rows, scores = self.rows[keep], self.scores[keep]
+        order = np.lexsort((rows, -scores))[:size]
+        return rows[order]
+
+
+@dataclass(frozen=True)
+class Sources:
+    neighbours: np.ndarray  # [num_rows, M] int32 rows; 0: none
+    weights: np.ndarray  # [num_rows, M] float32
+    popular: np.ndarray  # [<= POPULAR_KEPT] int64 rows, most popular first
+    item_ids: np.ndarray  # [num_rows] str; row 0 (out of vocabulary) is ""
+    model: str = ""  # which item-item model the neighbours are of
+    # The k-th most recent seed weighs exp(-k / tau); 0: all alike.
+    recency_tau: float = 0.0
+
+    @classmethod
+    def load(cls, artifact: Path) -> Sources | None:
+        """None for an artifact from before the sources (served as before)."""
+        path = artifact / FILE
+        if not path.exists():
+            return None
+        with np.load(path, allow_pickle=False) as stored:
+            return cls(
+                stored["neighbours"],
+                stored["weights"],
+                stored["popular"].astype(np.int64),
+                stored["item_ids"],
+                str(stored["model"]),
+                float(stored["recency_tau"]),
+            )
+
+    def save(self, artifact: Path) -> None:
+        np.savez(
+            artifact / FILE,
+            neighbours=self.neighbours.astype(np.int32),
+            weights=self.weights.astype(np.float32),
+            popular=self.popular.astype(np.int64),
+            item_ids=self.item_ids.astype(str),
+            model=np.asarray(self.model),
+            recency_tau=np.asarray(self.recency_tau),
+        )
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        return {str(item_id): row for row, item_id in enumerate(self.item_ids) if row}
+
+    def rows(self, item_ids: Sequence[str]) -> np.ndarray:
+        """Rows of the known ids, in order; unknown ids (upserted since the build) left out."""
+        row_of = self.row_of
+        return np.fromiter((row_of[i] for i in item_ids if i in row_of), dtype=np.int64)
+
+    def user_scores(self, history_rows: np.ndarray) -> UserNeighbourScores:
+        """Neighbour scores from the user's rows, most recent first (0s pad)."""
+        seeds = history_rows[history_rows > 0][:HISTORY]
+        found = self.neighbours[seeds].ravel().astype(np.int64)
+        weights = (self.weights[seeds] * recency(len(seeds), self.recency_tau)[:, None]).ravel()
+        keep = found > 0
+        rows, inverse = np.unique(found[keep], return_inverse=True)
+        sums = np.bincount(inverse, weights=weights[keep], minlength=len(rows))
+        return UserNeighbourScores(rows, sums.astype(np.float32))
+
+    def popular_pool(self, blocked: np.ndarray, size: int) -> np.ndarray:
+        return self.popular[~np.isin(self.popular, blocked)][:size]
+
+    def pools(
+        self, user: UserNeighbourScores, blocked: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The neighbour and popular pools, ``blocked`` rows (the user's own,
+        the request's exclusions) left out: what the filter picks from."""
+        return (
+            user.pool(blocked, NEIGHBOUR_CANDIDATES * POOL_FACTOR),
+            self.popular_pool(blocked, POPULAR_CANDIDATES * POOL_FACTOR),
+        )
+
+    def candidates(
+        self,
+        user: UserNeighbourScores,
+        ann: np.ndarray,
+        blocked: np.ndarray,
+        passes: Callable[[np.ndarray], np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The union of ``ann`` (the two-tower's hits, best first) and both
+        sources' picks that pass the filter: rows and source bits."""
+        neighbour_pool, popular_pool = self.pools(user, blocked)
+        return union(
+            (ann, SOURCE_ANN),
+            (pick(neighbour_pool, passes, NEIGHBOUR_CANDIDATES), SOURCE_NEIGHBOURS),
+            (pick(popular_pool, passes, POPULAR_CANDIDATES), SOURCE_POPULAR),
+        )
+
+
+def recency(length: int, tau: float) -> np.ndarray:
+    """The seeds' weights, most recent first: exp(-k / tau), or 1 with tau 0."""
+    if tau <= 0:
+        return np.ones(length, dtype=np.float32)
+    return np.exp(-np.arange(length, dtype=np.float64) / tau).astype(np.float32)
+
+
+def pick(pool: np.ndarray, passes: Callable[[np.ndarray], np.ndarray], n: int) -> np.ndarray:
+    """The first ``n`` rows of ``pool`` that pass the filter, in pool order."""
+    return pool[passes(pool)][:n] if len(pool) else pool
+
+
+def union(*parts: tuple[np.ndarray, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of every source in order, each once (first place kept), and
+    each row's source bits."""
+    bits: dict[int, int] = {}
+    for rows, bit in parts:
+        for row in rows.tolist():
+            bits[row] = bits.get(row, 0) | bit
+    rows_out = np.fromiter(bits.keys(), dtype=np.int64, count=len(bits))
+    return rows_out, np.fromiter(bits.values(), dtype=np.uint8, count=len(bits))

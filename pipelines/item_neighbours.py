@@ -1,0 +1,220 @@
+"""The item-to-item and popular candidate sources, fit at build
+(``recserve_model.sources``: what is stored and how it is served).
+
+The item-item model is chosen on the validation window (the ranker's: the
+tower period's histories, the next items as truth), never on the test
+split: EASE at each of ``EASE_LAMBDAS`` and cosine item-kNN where the dense
+items x items matrices are affordable, item-kNN through sparse products
+above. The winner is refit on the whole training period and each item keeps
+its ``NEIGHBOURS`` best neighbours with a positive weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+
+from pipelines import baselines, sparse_baselines
+from pipelines.dataset import Split, recent_items
+from recserve_model.encoding import Encoder
+from recserve_model.sources import HISTORY, POPULAR_KEPT, Sources
+
+NEIGHBOURS = 100  # kept per item
+EASE_LAMBDAS = (100.0, 300.0, 1000.0)
+RECENCY_TAUS = (0.0, 100.0, 30.0, 10.0, 3.0)  # 0: every seed alike
+ROW_BLOCK = 2048  # rows of a weight matrix truncated at once
+VALIDATION_USERS = 5_000  # the most users scored to choose the model
+
+
+@dataclass(frozen=True)
+class Choice:
+    model: str  # "ease:<lambda>" or "item_knn"
+    recency_tau: float
+    validation_ndcg: dict[str, float]  # every model tried (whole histories alike)
+    tower_period: Sources  # the winner fit on the tower period: the ranker trains on it
+
+    def report(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "recency_tau": self.recency_tau,
+            "validation": self.validation_ndcg,
+        }
+
+    @property
+    def ease_lambda(self) -> float:
+        """EASE's lambda that ranked the window best (the gate's EASE baseline)."""
+        eases = {
+            k: v for k, v in self.validation_ndcg.items() if k.startswith("ease:") and " " not in k
+        }
+        if not eases:
+            return baselines.EASE_LAMBDA
+        return float(max(eases, key=lambda k: (eases[k], k))[5:])
+
+
+def top_neighbours(block: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ``m`` largest positive entries: (columns, weights), best
+    first, ties by column; 0 / 0.0 past the positives."""
+    m = min(m, block.shape[1] - 1)
+    part = np.argpartition(-block, m, axis=1)[:, :m]
+    values = np.take_along_axis(block, part, axis=1)
+    order = np.lexsort((part, -values), axis=1)
+    columns = np.take_along_axis(part, order, axis=1)
+    values = np.take_along_axis(values, order, axis=1)
+    positive = values > 0
+    return np.where(positive, columns, 0).astype(np.int32), np.where(positive, values, 0.0)
+
+
+def truncate(weights: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """A dense item-item matrix's top ``m`` per row (the diagonal left out)."""
+    n = weights.shape[0]
+    columns = np.zeros((n, min(m, n - 1)), dtype=np.int32)
+    values = np.zeros(columns.shape, dtype=np.float32)
+    for start in range(0, n, ROW_BLOCK):
+        block = weights[start : start + ROW_BLOCK].astype(np.float32, copy=True)
+        block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf
+        block[:, 0] = -np.inf  # the out-of-vocabulary row is nobody's neighbour
+        columns[start : start + len(block)], values[start : start + len(block)] = top_neighbours(
+            block, columns.shape[1]
+        )
+    return columns, values
+
+
+def sparse_knn_neighbours(matrix: sparse.csr_matrix, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cosine item-kNN's top ``m`` per item through sparse products: a block
+    of items' co-occurrence rows at a time, never items x items at once."""
+    counts = np.asarray(matrix.sum(axis=0)).ravel()
+    inverse = (1.0 / np.sqrt(np.maximum(counts, 1.0))).astype(np.float32)
+    scaled = matrix.multiply(inverse[None, :]).tocsc()
+    transposed = scaled.T.tocsr()
+    n = matrix.shape[1]
+    columns = np.zeros((n, min(m, n - 1)), dtype=np.int32)
+    values = np.zeros(columns.shape, dtype=np.float32)
+    for start in range(0, n, ROW_BLOCK):
+        stop = min(n, start + ROW_BLOCK)
+        block = (transposed[start:stop] @ scaled).toarray()
+        block[np.arange(stop - start), np.arange(start, stop)] = -np.inf
+        block[:, 0] = -np.inf
+        columns[start:stop], values[start:stop] = top_neighbours(block, columns.shape[1])
+    return columns, values
+
+
+def validation_ndcg(
+    score: Callable[[np.ndarray], np.ndarray], history: np.ndarray, truth: list[np.ndarray]
+) -> float:
+    """Mean NDCG@10 of ``score`` (a batch of history rows -> scores) on the window."""
+    total = 0.0
+    discounts = 1 / np.log2(np.arange(2, 12))
+    for start in range(0, len(history), 256):
+        rows = history[start : start + 256]
+        scores = score(rows)
+        scores[rows > 0] = -np.inf
+        scores[:, 0] = -np.inf
+        top = np.argpartition(-scores, 10, axis=1)[:, :10]
+        top = np.take_along_axis(top, np.argsort(-np.take_along_axis(scores, top, 1), 1), 1)
+        for j, wanted in enumerate(truth[start : start + 256]):
+            hits = np.isin(top[j], wanted)
+            total += (hits * discounts).sum() / discounts[: min(10, len(wanted))].sum()
+    return total / max(1, len(history))
+
+
+def choose_model(split: Split, encoder: Encoder) -> Choice:
+    """The item-item model that ranks the validation window best."""
+    users = sorted(set(split.tower_train["user_id"]) & set(split.ranker_train["user_id"]))
+    if len(users) > VALIDATION_USERS:
+        drawn = np.random.default_rng(7).choice(len(users), VALIDATION_USERS, replace=False)
+        users = [users[i] for i in sorted(drawn)]
+    truth_rows = split.ranker_train.groupby("user_id")["item_id"].agg(list)
+    truth = [encoder.item_rows(truth_rows[u]) for u in users]
+    if not sparse_baselines.dense_ok(encoder.spec.num_rows):
+        sources = fit_sources(split.tower_train, encoder, "item_knn")
+        tau, by_tau = choose_recency(sources, split, encoder, users, truth)
+        return Choice("item_knn", tau, by_tau, replace(sources, recency_tau=tau))
+    everyone = sorted(split.tower_train["user_id"].unique())
+    fit = baselines.interactions(split.tower_train, encoder, everyone)
+    index = {u: i for i, u in enumerate(everyone)}
+    history = fit[[index[u] for u in users]]
+    ndcg: dict[str, float] = {}
+    best: tuple[float, str, np.ndarray] | None = None
+    for name in [*(f"ease:{lam:g}" for lam in EASE_LAMBDAS), "item_knn"]:
+        weights = item_item(fit, name)
+        ndcg[name] = float(
+            round(validation_ndcg(lambda rows, w=weights: rows @ w, history, truth), 4)
+        )
+        if best is None or ndcg[name] > best[0]:
+            best = (ndcg[name], name, weights)
+        del weights
+    assert best is not None
+    _, model, weights = best
+    sources = from_weights(weights, split.tower_train, encoder, model)
+    tau, by_tau = choose_recency(sources, split, encoder, users, truth)
+    return Choice(model, tau, ndcg | by_tau, replace(sources, recency_tau=tau))
+
+
+def choose_recency(
+    sources: Sources, split: Split, encoder: Encoder, users: list[str], truth: list[np.ndarray]
+) -> tuple[float, dict[str, float]]:
+    """The seeds' recency weighting that ranks the validation window best,
+    through the served form (each item's top neighbours, the last HISTORY seeds)."""
+    seeds = history_rows(split.tower_train, encoder, users)
+    discounts = 1 / np.log2(np.arange(2, 12))
+    by_tau: dict[str, float] = {}
+    for tau in RECENCY_TAUS:
+        served = replace(sources, recency_tau=tau)
+        total = 0.0
+        for i, wanted in enumerate(truth):
+            top = served.user_scores(seeds[i]).pool(seeds[i], 10)
+            hits = np.isin(top, wanted)
+            total += (hits * discounts[: len(hits)]).sum() / discounts[: min(10, len(wanted))].sum()
+        by_tau[f"{sources.model} tau:{tau:g}"] = round(total / max(1, len(truth)), 4)
+    best = max(RECENCY_TAUS, key=lambda t: (by_tau[f"{sources.model} tau:{t:g}"], -t))
+    return best, by_tau
+
+
+def item_item(matrix: np.ndarray, model: str) -> np.ndarray:
+    """The dense item-item weights of ``model`` from a users x items matrix."""
+    if model.startswith("ease:"):
+        return baselines.ease(matrix, float(model[5:]))
+    return baselines.item_knn(matrix)
+
+
+def from_weights(weights: np.ndarray, train: pd.DataFrame, encoder: Encoder, model: str) -> Sources:
+    columns, values = truncate(weights, NEIGHBOURS)
+    item_ids = np.asarray(["", *encoder.spec.item_ids])
+    return Sources(columns, values, popular_rows(train, encoder), item_ids, model)
+
+
+def popular_rows(train: pd.DataFrame, encoder: Encoder) -> np.ndarray:
+    """The most interacted-with rows of ``train``, most first, ties by row."""
+    counts = np.bincount(encoder.item_rows(list(train["item_id"])), minlength=encoder.spec.num_rows)
+    counts[0] = 0
+    order = np.lexsort((np.arange(len(counts)), -counts))
+    return order[counts[order] > 0][:POPULAR_KEPT].astype(np.int64)
+
+
+def fit_sources(
+    train: pd.DataFrame, encoder: Encoder, model: str, recency_tau: float = 0.0
+) -> Sources:
+    """The sources from every interaction in ``train`` with the chosen model."""
+    users = sorted(train["user_id"].unique())
+    if sparse_baselines.dense_ok(encoder.spec.num_rows):
+        weights = item_item(baselines.interactions(train, encoder, users), model)
+        return replace(from_weights(weights, train, encoder, model), recency_tau=recency_tau)
+    matrix = sparse_baselines.interactions(train, encoder, users)
+    columns, values = sparse_knn_neighbours(matrix, NEIGHBOURS)
+    item_ids = np.asarray(["", *encoder.spec.item_ids])
+    return Sources(columns, values, popular_rows(train, encoder), item_ids, model, recency_tau)
+
+
+def history_rows(train: pd.DataFrame, encoder: Encoder, users: list[str]) -> np.ndarray:
+    """[len(users), HISTORY] each user's most recent training rows first (0 pads),
+    as the features service serves `seen_item_ids`."""
+    recent = recent_items(train, HISTORY)
+    out = np.zeros((len(users), HISTORY), dtype=np.int64)
+    for i, user in enumerate(users):
+        rows = encoder.item_rows(recent.get(user, []))
+        out[i, : len(rows)] = rows
+    return out

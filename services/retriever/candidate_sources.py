@@ -1,0 +1,110 @@
+"""The item-to-item and popular candidates beside the nearest neighbours
+(``recserve_model.sources``): the union a Search answers with.
+
+The sources' pools are picked in memory from the user's own items; which of
+them pass the request's filter (categories, attributes, soft deletes,
+exclusions) is one more query to the same store, restricted to the pools'
+ids, which also gives each its two-tower score. The picks are the first of
+each pool that pass, in pool order, as the offline evaluation picks them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from recserve_kit.errors import InvalidArgument
+from recserve_kit.validation import check_id
+from recserve_model.sources import (
+    NEIGHBOUR_CANDIDATES,
+    POPULAR_CANDIDATES,
+    SOURCE_ANN,
+    SOURCE_NEIGHBOURS,
+    SOURCE_POPULAR,
+    Sources,
+)
+from services.retriever.checks import MAX_FILTER_VALUES, check_vector
+from services.retriever.domain import Retriever
+from services.retriever.store import SearchFilter, VectorStore
+
+
+@dataclass(frozen=True)
+class Candidates:
+    hits: list[tuple[str, float]]  # (item id, two-tower score), sources in order
+    neighbour_scores: np.ndarray | None = None  # float32 per hit; None: no sources
+    sources: np.ndarray | None = None  # uint8 bits per hit
+
+
+def search_candidates(
+    retriever: Retriever,
+    vector: Sequence[float] | bytes,
+    k: int,
+    flt: SearchFilter,
+    history: Sequence[str],
+    ef: int = 0,
+    field: str = "vector",
+    model_version: str = "",
+) -> tuple[Candidates, str]:
+    """A user's candidates: the ``k`` nearest neighbours of the vector that
+    pass ``flt`` and are not in ``history`` (the user's own items, most
+    recent first), with the item-to-item and popular candidates of the
+    artifact that searches, when it has them."""
+    if len(history) + len(flt.exclude_item_ids) > MAX_FILTER_VALUES:
+        raise InvalidArgument(
+            "history_item_ids",
+            f"at most {MAX_FILTER_VALUES} ids together with filter.exclude_item_ids",
+        )
+    for item_id in history:
+        check_id(item_id, "history_item_ids")
+    blocked = dataclasses.replace(flt, exclude_item_ids=(*flt.exclude_item_ids, *history))
+    hits, generation = retriever.search(vector, k, blocked, ef, field, model_version)
+    tables, store = retriever.sources_for(model_version)
+    if tables is None:
+        return Candidates(hits), generation
+    query = check_vector(vector, store.dimension, field)
+    ef = max(ef or retriever.settings.search_ef, k)
+    return with_sources(tables, store, query, hits, flt, history, ef), generation
+
+
+def with_sources(
+    sources: Sources,
+    store: VectorStore,
+    query: np.ndarray,
+    ann: list[tuple[str, float]],
+    flt: SearchFilter,
+    history: Sequence[str],
+    ef: int,
+) -> Candidates:
+    """``ann`` (the nearest neighbours, ``flt`` already excluding the
+    history) and the sources' picks that pass ``flt``, each once."""
+    user = sources.user_scores(sources.rows(history))
+    blocked = sources.rows([*history, *flt.exclude_item_ids])
+    neighbour_pool, popular_pool = sources.pools(user, blocked)
+    pooled = np.unique(np.concatenate([neighbour_pool, popular_pool]))
+    passing: dict[str, float] = {}
+    if len(pooled):
+        among = dataclasses.replace(flt, only_item_ids=tuple(sources.item_ids[pooled].tolist()))
+        passing = dict(store.search(query, len(pooled), among, ef, exact=True))
+    ids = sources.item_ids
+
+    def picks(pool: np.ndarray, n: int) -> list[str]:
+        return [i for i in ids[pool].tolist() if i in passing][:n]
+
+    bits: dict[str, int] = {}
+    scores: dict[str, float] = {}
+    for item_id, score in ann:
+        bits[item_id] = SOURCE_ANN
+        scores[item_id] = score
+    for pool, n, bit in (
+        (neighbour_pool, NEIGHBOUR_CANDIDATES, SOURCE_NEIGHBOURS),
+        (popular_pool, POPULAR_CANDIDATES, SOURCE_POPULAR),
+    ):
+        for item_id in picks(pool, n):
+            bits[item_id] = bits.get(item_id, 0) | bit
+            scores.setdefault(item_id, passing[item_id])
+    hits = list(scores.items())
+    rows = np.fromiter((sources.row_of.get(i, 0) for i, _ in hits), np.int64, len(hits))
+    return Candidates(hits, user.of(rows), np.fromiter(bits.values(), np.uint8, len(bits)))

@@ -1,0 +1,82 @@
+"""The candidate sources' library (recserve_model.sources) and the build's
+item-item fits: what the retriever, the evaluation and training share."""
+
+import numpy as np
+
+from pipelines import baselines
+from pipelines.item_neighbours import top_neighbours, truncate
+from recserve_model.sources import (
+    SOURCE_ANN,
+    SOURCE_NEIGHBOURS,
+    SOURCE_POPULAR,
+    Sources,
+    source_features,
+    union,
+)
+
+
+def table(tau: float = 0.0) -> Sources:
+    # Rows 1..5; row 1's neighbours are 2 (0.5) and 3 (0.25); row 2's are 3 (1.0) and 4 (0.1).
+    neighbours = np.array([[0, 0], [2, 3], [3, 4], [0, 0], [0, 0], [0, 0]], np.int32)
+    weights = np.array([[0, 0], [0.5, 0.25], [1.0, 0.1], [0, 0], [0, 0], [0, 0]], np.float32)
+    ids = np.array(["", "a", "b", "c", "d", "e"])
+    return Sources(neighbours, weights, np.array([5, 4, 3, 2, 1]), ids, "test", tau)
+
+
+def test_a_users_scores_sum_each_seeds_weights_most_recent_first():
+    user = table().user_scores(np.array([1, 2, 0]))
+    assert user.rows.tolist() == [2, 3, 4]
+    np.testing.assert_allclose(user.scores, [0.5, 1.25, 0.1])
+    np.testing.assert_allclose(user.of(np.array([4, 5, 3])), [0.1, 0.0, 1.25])
+    recent = table(tau=1.0).user_scores(np.array([1, 2]))  # row 2 weighs exp(-1)
+    np.testing.assert_allclose(recent.scores, [0.5, 0.25 + np.exp(-1), 0.1 * np.exp(-1)], rtol=1e-6)
+
+
+def test_pools_leave_out_the_blocked_rows_and_keep_their_order():
+    sources = table()
+    user = sources.user_scores(np.array([1, 2]))
+    neighbour_pool, popular_pool = sources.pools(user, np.array([1, 2]))
+    assert neighbour_pool.tolist() == [3, 4]  # 2 is the user's own
+    assert popular_pool.tolist() == [5, 4, 3]
+
+
+def test_candidates_are_the_union_with_each_ones_sources():
+    sources = table()
+    user = sources.user_scores(np.array([1]))
+    passes = lambda rows: rows != 4  # noqa: E731  (the request's filter)
+    rows, bits = sources.candidates(user, np.array([5, 3]), np.array([1]), passes)
+    assert rows.tolist() == [5, 3, 2]
+    assert bits.tolist() == [
+        SOURCE_ANN | SOURCE_POPULAR,
+        SOURCE_ANN | SOURCE_NEIGHBOURS | SOURCE_POPULAR,
+        SOURCE_NEIGHBOURS | SOURCE_POPULAR,
+    ]
+    features = source_features(user.of(rows), bits)
+    assert features[:, 1:].tolist() == [[1, 0, 1], [1, 1, 1], [0, 1, 1]]
+    assert union((np.array([2]), 1), (np.array([2, 3]), 2))[1].tolist() == [3, 2]
+
+
+def test_a_table_survives_the_artifact_file(tmp_path):
+    table(tau=3.0).save(tmp_path)
+    loaded = Sources.load(tmp_path)
+    assert loaded is not None and loaded.model == "test" and loaded.recency_tau == 3.0
+    assert loaded.rows(["b", "unknown", "a"]).tolist() == [2, 1]
+    assert Sources.load(tmp_path / "missing") is None
+
+
+def test_ease_on_the_smaller_side_equals_the_items_inverse():
+    x = (np.random.default_rng(3).random((40, 90)) < 0.1).astype(np.float32)
+    gram = (x.T @ x).astype(np.float64) + 50 * np.eye(90)
+    inverse = np.linalg.inv(gram)
+    direct = -inverse / np.diag(inverse)
+    np.fill_diagonal(direct, 0.0)
+    np.testing.assert_allclose(baselines.ease(x, 50.0), direct, atol=1e-6)
+
+
+def test_truncation_keeps_each_rows_best_positive_weights_never_itself():
+    weights = np.array([[0, 3, 1, -1], [2, 0, 2, 1], [0, 0, 0, 0], [4, 1, 1, 0]], np.float32)
+    columns, values = truncate(weights, 2)
+    assert columns[1].tolist() == [2, 3]  # row 0 (out of vocabulary) and itself excluded
+    assert columns[2].tolist() == [0, 0] and values[2].tolist() == [0, 0]
+    top, _ = top_neighbours(np.array([[1.0, 5.0, 5.0]]), 2)
+    assert top.tolist() == [[1, 2]]  # ties by column
