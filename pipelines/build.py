@@ -12,7 +12,6 @@ import json
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from pipelines import (
     triton_repo,
     user_vectors,
 )
+from pipelines.gate import QualityGateError, pass_the_gate, quality_gate
 from pipelines.inputs import Inputs, build_spec, encode_inputs
 from pipelines.models import Int8Ranker, Ranker, TwoTower
 from pipelines.steps import Steps
@@ -72,6 +72,7 @@ MODEL_SOURCES = [
     ROOT / "libs" / "recserve_data" / "columns.py",  # how the tables' values are typed
 ]
 POPULAR_PER_LIST = 100
+__all__ = ["QualityGateError", "build", "quality_gate"]
 
 
 @dataclass
@@ -251,58 +252,6 @@ def train_and_export(
     steps.stop()
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return metrics
-
-
-BASELINES = ("popularity", "item_knn", "ease", "ease_low_rank")
-GATED = ("ranked", "ranked_int8")
-GATE_METRICS = ("recall@10", "ndcg@10")
-
-
-class QualityGateError(Exception):
-    """A new artifact that does not beat the baselines is not published."""
-
-    def __init__(self, message: str, metrics: dict[str, dict[str, float]]) -> None:
-        super().__init__(message)
-        self.metrics = metrics
-
-
-def quality_gate(metrics: dict[str, dict[str, float]]) -> list[str]:
-    """What fails: the served lists against every baseline the evaluation ran."""
-    failures = []
-    for model in GATED:
-        for key in GATE_METRICS:
-            for baseline in BASELINES:
-                if baseline in metrics and metrics[model][key] < metrics[baseline][key]:
-                    failures.append(
-                        f"{model} {key} {metrics[model][key]:.4f} < "
-                        f"{baseline} {metrics[baseline][key]:.4f}"
-                    )
-    return failures
-
-
-OVERRIDES = "OVERRIDES.jsonl"  # artifacts an operator published over a failing gate
-
-
-def pass_the_gate(
-    root: Path,
-    version: str,
-    metrics: dict[str, dict[str, float]],
-    over_the_gate: bool,
-    console: Console,
-) -> None:
-    """QualityGateError for an artifact that loses to a baseline, unless the
-    operator publishes it over the gate: then one line of OVERRIDES.jsonl."""
-    failures = quality_gate(metrics)
-    if not failures:
-        return
-    if not over_the_gate:
-        raise QualityGateError(
-            f"artifact {version} is built but not published: " + "; ".join(failures), metrics
-        )
-    entry = {"version": version, "at": datetime.now(UTC).isoformat(), "failures": failures}
-    with (root / OVERRIDES).open("a") as log:
-        log.write(json.dumps(entry) + "\n")
-    console.print(f"[yellow]published over the quality gate: {'; '.join(failures)}[/]")
 
 
 def training_data(

@@ -25,11 +25,11 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, Unavailable
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import vectors_or_zeros
 from recserve_model.encoding import Encoder
-from recserve_model.sources import SOURCE_ANN, source_features
 from services.ranker.coalescer import Coalescer, Track
 from services.ranker.config import RankerSettings
 from services.ranker.item_table import ItemTable
 from services.ranker.shadow import Shadow
+from services.ranker.source_inputs import SourceColumns, ann_only, candidate_sources
 from services.ranker.triton_client import Tensor, TritonClient
 from services.ranker.versions import Loaded, ModelVersions
 
@@ -85,11 +85,6 @@ class ScoreQuery:
     # [n, SOURCE_FEATURES]: each candidate's neighbour score and sources; None:
     # no sources (every candidate a nearest neighbour, no neighbour score).
     source_features: np.ndarray | None = None
-
-
-def ann_only(n: int) -> np.ndarray:
-    """The source features of candidates from the nearest neighbours alone."""
-    return source_features(np.zeros(n, np.float32), np.full(n, SOURCE_ANN, np.uint8))
 
 
 def user_arrays(encoder: Encoder, user: UserInput) -> tuple[np.ndarray, np.ndarray]:
@@ -240,9 +235,12 @@ class Ranker:
         candidates: Sequence[CandidateInput],
         user_vector: Sequence[float],
         timeout_s: float,
+        sources: SourceColumns = (None, None),
     ) -> Scored:
-        """Score candidates that carry their item features (the message form)."""
+        """Score candidates that carry their item features (the message form);
+        ``sources``: the retriever's neighbour scores and source bits."""
         self._check_count(len(candidates), "candidates")
+        extra = candidate_sources(len(candidates), *sources)
 
         def features(loaded: Loaded) -> np.ndarray:
             item = loaded.encoder.item
@@ -260,6 +258,7 @@ class Ranker:
             np.asarray([c.retrieval_score for c in candidates], dtype=np.float32),
             timeout_s,
             np.asarray(user_vector, dtype=np.float32) if user_vector else None,
+            source_features=extra,
         )
         return await self._score_routed(query)
 
@@ -273,28 +272,19 @@ class Ranker:
         vector_version: str = "",
         explain: bool = False,
         version: str = "",
-        neighbour_scores: np.ndarray | None = None,
-        sources: np.ndarray | None = None,
+        sources: SourceColumns = (None, None),
     ) -> Scored:
         """Score in columns: item features gathered from the live item table.
         A vector another model version computed (``vector_version``, a caller's
         cache) is not used: the user is embedded again by the version that scores.
-        ``neighbour_scores`` and ``sources``: the retriever's, for each candidate."""
+        ``sources``: the retriever's neighbour scores and source bits."""
         n = len(item_ids)
         self._check_count(n, "item_ids")
-        for name, column in (
-            ("retrieval_scores_f32", retrieval_scores),
-            ("neighbour_scores_f32", neighbour_scores),
-            ("sources", sources),
-        ):
-            if column is not None and len(column) != n:
-                raise InvalidArgument(name, f"has {len(column)} values for {n} item_ids")
-        extra = None
-        if neighbour_scores is not None or sources is not None:
-            extra = source_features(
-                np.zeros(n, np.float32) if neighbour_scores is None else neighbour_scores,
-                np.full(n, SOURCE_ANN, np.uint8) if sources is None else sources,
+        if len(retrieval_scores) != n:
+            raise InvalidArgument(
+                "retrieval_scores_f32", f"has {len(retrieval_scores)} values for {n} item_ids"
             )
+        extra = candidate_sources(n, *sources)
         query = ScoreQuery(
             user,
             item_ids,

@@ -95,7 +95,11 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             return await self._score_columns(request, context)
         candidates = [to_candidate(c, n) for n, c in enumerate(request.candidates)]
         scored = await self.ranker.score(
-            to_user(request.user), candidates, list(request.user_vector), self._timeout(context)
+            to_user(request.user),
+            candidates,
+            list(request.user_vector),
+            self._timeout(context),
+            source_columns(request),
         )
         return score_response(scored, self.ranker)
 
@@ -168,12 +172,18 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             vector_version=request.user_vector_version,
             explain=request.explain,
             version=request.version,
-            neighbour_scores=f32(request.neighbour_scores_f32, "neighbour_scores_f32")
-            if request.neighbour_scores_f32
-            else None,
-            sources=np.frombuffer(request.sources, np.uint8) if request.sources else None,
+            sources=source_columns(request),
         )
         return score_response(scored, self.ranker)
+
+
+def source_columns(request: pb.ScoreRequest) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The retriever's neighbour scores and source bits, None where not sent."""
+    neighbour = request.neighbour_scores_f32
+    return (
+        f32(neighbour, "neighbour_scores_f32") if neighbour else None,
+        np.frombuffer(request.sources, np.uint8) if request.sources else None,
+    )
 
 
 def split_message(ranker: Ranker) -> pb.VersionSplit:

@@ -41,6 +41,7 @@ from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
 from recserve_model import artifacts
 from recserve_model.encoding import EncodingSpec
+from recserve_model.sources import Sources
 from services.features.config import FeaturesSettings
 from services.features.server import create_server as features_server
 from services.gateway.popular import PopularItems
@@ -151,6 +152,8 @@ async def test_batch_scores_equal_the_online_rankers(built, good_run, data_dir, 
         for p in layout.published_run(data_dir, "good").glob("scores/bucket=*/*.parquet")
     ).set_index("user_id")
     repository = built.directory.parents[1] / "triton" / "repository"
+    sources = Sources.load(built.directory)
+    assert sources is not None
     settings = RankerSettings(
         port=0,
         data_dir=built.directory.parents[1],
@@ -181,9 +184,13 @@ async def test_batch_scores_equal_the_online_rankers(built, good_run, data_dir, 
                 )
                 for i, s in zip(row["item_ids"], row["retrieval_scores"], strict=True)
             ]
+            # The nightly job's neighbour feature, as the retriever would send it.
+            own = sources.user_scores(sources.rows(list(user.seen_item_ids)))
+            neighbour = own.of(np.array([sources.row_of[i] for i in row["item_ids"]]))
             request = pb.ScoreRequest(
                 user=user_message(user),
                 candidates=candidates,  # no user_vector: Triton's user tower computes it
+                neighbour_scores_f32=neighbour.astype("<f4").tobytes(),
             )
             reply = await stub.Score(request)
             assert reply.model_version == built.version

@@ -18,3 +18,17 @@ def test_the_build_refuses_to_publish_a_model_that_loses_to_a_baseline():
     # An artifact evaluated before the baselines existed is held to popularity.
     old = {k: v for k, v in good.items() if k not in ("item_knn", "ease")}
     assert quality_gate(old) == []
+
+
+def test_a_refusal_names_the_source_the_ranker_under_used():
+    from pipelines.gate import under_used
+
+    metrics = {
+        "ranked": {"ndcg@10": 0.20},
+        "two_tower": {"ndcg@10": 0.04},
+        "item_neighbours": {"ndcg@10": 0.21},
+    }
+    assert under_used(metrics).endswith("the ranker under-used item-to-item)")
+    metrics["item_neighbours"] = {"ndcg@10": 0.19}
+    assert under_used(metrics).endswith("the served list 0.2000)")
+    assert under_used({"ranked": {"ndcg@10": 0.2}}) == ""
