@@ -12,7 +12,7 @@ DATASET ?=
 # OVER_THE_GATE=1: publish it even when it loses to a baseline (recorded; docs/data.md).
 OVER_THE_GATE ?=
 
-.PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server java \
+.PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server java screenshots \
 	compose-up compose-down compose-test k8s-check
 
 help:  ## list the targets
@@ -93,6 +93,9 @@ explorer: artifacts $(VENV)/.client  ## the recommendation explorer on 127.0.0.1
 
 test: artifacts redis-server java $(KVENV)/.installed clients  ## set everything up and run every test
 	$(PY) -m pytest -q tests
+
+screenshots: artifacts clients  ## refresh docs/img/explorer*.png from the explorer's browser test
+	RECSERVE_SCREENSHOTS=$(CURDIR)/docs/img $(PY) -m pytest -q tests/clients/test_explorer_browser.py
 
 test-fast: setup  ## unit tests only
 	$(PY) -m pytest -q tests/unit
