@@ -1,12 +1,15 @@
 """The item-to-item and popular candidate sources, fit at build
 (``recserve_model.sources``: what is stored and how it is served).
 
-The item-item model is chosen on the validation window (the ranker's: the
-tower period's histories, the next items as truth), never on the test
-split: EASE at each of ``EASE_LAMBDAS`` and cosine item-kNN where the dense
-items x items matrices are affordable, item-kNN through sparse products
-above. The winner is refit on the whole training period and each item keeps
-its ``NEIGHBOURS`` best neighbours with a positive weight.
+The item-item model is chosen on a validation window shaped like the
+holdout (each user's last ``HOLDOUT`` training items as truth, the rest as
+history), never on the test split: EASE at each of ``EASE_LAMBDAS`` and
+cosine item-kNN where the dense items x items matrices are affordable,
+item-kNN through sparse products above. The shape matters: the ranker's
+window (the five items right after the tower period, often the rest of a
+session) rewards recency that ten held-out items do not. The winner is fit
+on the tower period (the ranker trains on it) and refit on the whole
+training period; each item keeps its best neighbours with a positive weight.
 """
 
 from __future__ import annotations
@@ -19,11 +22,22 @@ import pandas as pd
 from scipy import sparse
 
 from pipelines import baselines, sparse_baselines
-from pipelines.dataset import Split, recent_items
+from pipelines.dataset import HOLDOUT, Split, recent_items
 from recserve_model.encoding import Encoder
 from recserve_model.sources import HISTORY, POPULAR_KEPT, Sources
 
-NEIGHBOURS = 100  # kept per item
+NEIGHBOURS = 400  # kept per item, at most; fewer where the table would pass TABLE_BYTES
+TABLE_BYTES = 256 << 20  # the neighbours table's size (8 bytes a kept neighbour)
+MIN_NEIGHBOURS = 50
+
+
+def kept_neighbours(num_rows: int) -> int:
+    """Neighbours kept per item: as many as fit TABLE_BYTES, between
+    MIN_NEIGHBOURS and NEIGHBOURS (a user's score is EASE's own, truncated to
+    these; the truncation costs less the more are kept)."""
+    return int(np.clip(TABLE_BYTES // (8 * max(num_rows, 1)), MIN_NEIGHBOURS, NEIGHBOURS))
+
+
 EASE_LAMBDAS = (100.0, 300.0, 1000.0)
 RECENCY_TAUS = (0.0, 100.0, 30.0, 10.0, 3.0)  # 0: every seed alike
 ROW_BLOCK = 2048  # rows of a weight matrix truncated at once
@@ -121,20 +135,30 @@ def validation_ndcg(
     return total / max(1, len(history))
 
 
+def selection_window(split: Split) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(history, truth): the training period split as the test split is,
+    each user's last HOLDOUT items held out (users with more than that)."""
+    train = split.train.sort_values(["user_id", "timestamp", "item_id"], kind="stable")
+    from_end = train.groupby("user_id").cumcount(ascending=False)
+    return train[from_end >= HOLDOUT], train[from_end < HOLDOUT]
+
+
 def choose_model(split: Split, encoder: Encoder) -> Choice:
-    """The item-item model that ranks the validation window best."""
-    users = sorted(set(split.tower_train["user_id"]) & set(split.ranker_train["user_id"]))
+    """The item-item model that ranks the holdout-shaped window best."""
+    history_frame, truth_frame = selection_window(split)
+    users = sorted(set(history_frame["user_id"]) & set(truth_frame["user_id"]))
     if len(users) > VALIDATION_USERS:
         drawn = np.random.default_rng(7).choice(len(users), VALIDATION_USERS, replace=False)
         users = [users[i] for i in sorted(drawn)]
-    truth_rows = split.ranker_train.groupby("user_id")["item_id"].agg(list)
+    truth_rows = truth_frame.groupby("user_id")["item_id"].agg(list)
     truth = [encoder.item_rows(truth_rows[u]) for u in users]
     if not sparse_baselines.dense_ok(encoder.spec.num_rows):
-        sources = fit_sources(split.tower_train, encoder, "item_knn")
-        tau, by_tau = choose_recency(sources, split, encoder, users, truth)
-        return Choice("item_knn", tau, by_tau, replace(sources, recency_tau=tau))
-    everyone = sorted(split.tower_train["user_id"].unique())
-    fit = baselines.interactions(split.tower_train, encoder, everyone)
+        sources = fit_sources(history_frame, encoder, "item_knn")
+        tau, by_tau = choose_recency(sources, history_frame, encoder, users, truth)
+        tower = fit_sources(split.tower_train, encoder, "item_knn", tau)
+        return Choice("item_knn", tau, by_tau, tower)
+    everyone = sorted(history_frame["user_id"].unique())
+    fit = baselines.interactions(history_frame, encoder, everyone)
     index = {u: i for i, u in enumerate(everyone)}
     history = fit[[index[u] for u in users]]
     ndcg: dict[str, float] = {}
@@ -149,17 +173,23 @@ def choose_model(split: Split, encoder: Encoder) -> Choice:
         del weights
     assert best is not None
     _, model, weights = best
-    sources = from_weights(weights, split.tower_train, encoder, model)
-    tau, by_tau = choose_recency(sources, split, encoder, users, truth)
-    return Choice(model, tau, ndcg | by_tau, replace(sources, recency_tau=tau))
+    sources = from_weights(weights, history_frame, encoder, model)
+    del weights
+    tau, by_tau = choose_recency(sources, history_frame, encoder, users, truth)
+    tower = fit_sources(split.tower_train, encoder, model, tau)
+    return Choice(model, tau, ndcg | by_tau, tower)
 
 
 def choose_recency(
-    sources: Sources, split: Split, encoder: Encoder, users: list[str], truth: list[np.ndarray]
+    sources: Sources,
+    history: pd.DataFrame,
+    encoder: Encoder,
+    users: list[str],
+    truth: list[np.ndarray],
 ) -> tuple[float, dict[str, float]]:
-    """The seeds' recency weighting that ranks the validation window best,
-    through the served form (each item's top neighbours, the last HISTORY seeds)."""
-    seeds = history_rows(split.tower_train, encoder, users)
+    """The seeds' recency weighting that ranks the window best, through the
+    served form (each item's top neighbours, the last HISTORY seeds)."""
+    seeds = history_rows(history, encoder, users)
     discounts = 1 / np.log2(np.arange(2, 12))
     by_tau: dict[str, float] = {}
     for tau in RECENCY_TAUS:
@@ -182,7 +212,7 @@ def item_item(matrix: np.ndarray, model: str) -> np.ndarray:
 
 
 def from_weights(weights: np.ndarray, train: pd.DataFrame, encoder: Encoder, model: str) -> Sources:
-    columns, values = truncate(weights, NEIGHBOURS)
+    columns, values = truncate(weights, kept_neighbours(len(weights)))
     item_ids = np.asarray(["", *encoder.spec.item_ids])
     return Sources(columns, values, popular_rows(train, encoder), item_ids, model)
 
@@ -204,7 +234,7 @@ def fit_sources(
         weights = item_item(baselines.interactions(train, encoder, users), model)
         return replace(from_weights(weights, train, encoder, model), recency_tau=recency_tau)
     matrix = sparse_baselines.interactions(train, encoder, users)
-    columns, values = sparse_knn_neighbours(matrix, NEIGHBOURS)
+    columns, values = sparse_knn_neighbours(matrix, kept_neighbours(matrix.shape[1]))
     item_ids = np.asarray(["", *encoder.spec.item_ids])
     return Sources(columns, values, popular_rows(train, encoder), item_ids, model, recency_tau)
 

@@ -2,9 +2,19 @@
 item-item fits: what the retriever, the evaluation and training share."""
 
 import numpy as np
+import pandas as pd
 
 from pipelines import baselines
-from pipelines.item_neighbours import top_neighbours, truncate
+from pipelines.dataset import HOLDOUT, Split, temporal_split
+from pipelines.item_neighbours import (
+    EASE_LAMBDAS,
+    RECENCY_TAUS,
+    choose_model,
+    selection_window,
+    top_neighbours,
+    truncate,
+)
+from recserve_model.encoding import Encoder, EncodingSpec
 from recserve_model.sources import (
     SOURCE_ANN,
     SOURCE_NEIGHBOURS,
@@ -80,3 +90,46 @@ def test_truncation_keeps_each_rows_best_positive_weights_never_itself():
     assert columns[2].tolist() == [0, 0] and values[2].tolist() == [0, 0]
     top, _ = top_neighbours(np.array([[1.0, 5.0, 5.0]]), 2)
     assert top.tolist() == [[1, 2]]  # ties by column
+
+
+def shop_split() -> tuple[Split, Encoder]:
+    """60 users with 36 timed rows each over 80 items: users of one half
+    keep to items 1..40, the other half to 41..80 (so neighbours stay in halves)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for u in range(60):
+        half = 0 if u % 2 else 40
+        items = rng.choice(np.arange(1, 41) + half, size=36, replace=False)
+        rows += [(f"u{u}", f"i{item}", t) for t, item in enumerate(items)]
+    frame = pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
+    encoder = Encoder(EncodingSpec([f"i{n}" for n in range(1, 81)], [], [], 8))
+    return temporal_split(frame), encoder
+
+
+def test_the_item_item_model_is_chosen_on_a_window_shaped_like_the_holdout():
+    split, encoder = shop_split()
+    history, truth = selection_window(split)
+    sizes = truth.groupby("user_id").size()
+    assert (sizes[sizes.index.isin(history["user_id"])] == HOLDOUT).all()
+    assert (
+        history["timestamp"]
+        .groupby(history["user_id"])
+        .max()
+        .lt(truth["timestamp"].groupby(truth["user_id"]).min())
+        .all()
+    )
+    assert len(history) + len(truth) == len(split.train)  # never the test split
+
+    choice = choose_model(split, encoder)
+    tried = {f"ease:{lam:g}" for lam in EASE_LAMBDAS} | {"item_knn"}
+    assert choice.model in tried and tried <= set(choice.validation_ndcg)
+    assert choice.recency_tau in RECENCY_TAUS
+    assert choice.validation_ndcg[choice.model] == max(
+        choice.validation_ndcg[name] for name in tried
+    )
+    # The ranker's table is the tower period's: every neighbour in its own half.
+    table = choice.tower_period
+    assert table.recency_tau == choice.recency_tau
+    for row in (1, 45):
+        kept = table.neighbours[row][table.weights[row] > 0]
+        assert len(kept) and ((kept > 40) == (row > 40)).all()
