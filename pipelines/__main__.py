@@ -21,6 +21,7 @@ app.add_typer(rescore_app, name="rescore")
 app.command("validate")(data_cli.validate)
 app.command("import-movielens")(data_cli.import_movielens)
 app.command("generate-shop")(data_cli.generate_shop)
+app.command("snapshot")(data_cli.snapshot_command)
 app.command("outcomes")(outcomes_cli.outcomes_command)
 console = cli_console(stderr=True)
 
@@ -40,7 +41,8 @@ DatasetOption = Annotated[
     Path | None,
     typer.Option(
         "--dataset",
-        help="A dataset directory in the contract (docs/data.md); default: MovieLens-100K.",
+        help="A dataset directory in the contract (docs/data.md); default: the data dir's "
+        "current artifact's dataset, MovieLens-100K where nothing was built yet.",
     ),
 ]
 WithEventsOption = Annotated[

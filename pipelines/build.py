@@ -208,7 +208,7 @@ def train_and_export(
         inputs = encode_inputs(spec, tables)
         # The ranker learns from features as of the end of the tower period.
         inputs_then = encode_inputs(spec, dataset.feature_tables(data, split.tower_train))
-    with steps("item-to-item model, chosen on the validation window"):
+    with steps("item-to-item model, chosen on a holdout-shaped window"):
         choice = item_neighbours.choose_model(split, inputs.encoder)
     console.print(f"item-to-item source: {choice.model}, recency tau {choice.recency_tau:g}")
     with Progress(console=console, transient=False) as progress:
@@ -257,10 +257,12 @@ def train_and_export(
 def training_data(
     data_dir: Path, dataset_dir: Path | None, with_events: bool, console: Console
 ) -> tuple[dataset.MovieLens, int]:
-    """The validated dataset (the demo's by default), with the kept app
-    events when asked; and how many of those it took."""
-    source = dataset_dir or movielens.demo_dataset(data_dir / "raw")
+    """The validated dataset (by default the current artifact's, the demo's
+    on a data dir with none), with the kept app events when asked; and how
+    many of those it took."""
+    source = dataset_dir or default_dataset(data_dir)
     report, data = dataset.read_dataset(source)
+    console.print(f"dataset {source}")
     console.print(f"validate {report.summary()}")
     if data.dropped_users:
         console.print(
@@ -273,6 +275,27 @@ def training_data(
     logged = logged_events.read_logged(data_dir, data)
     console.print(f"logged events: {len(logged.rows)} used, {logged.skipped} left out")
     return logged_events.with_logged(data, logged), len(logged.rows)
+
+
+def default_dataset(data_dir: Path) -> Path:
+    """What a build without ``--dataset`` learns from: the dataset of the
+    data dir's current artifact (a shop's data dir retrains the shop, never
+    MovieLens); MovieLens-100K only where nothing was built yet."""
+    pointer = artifacts.artifacts_root(data_dir) / "CURRENT"
+    if not pointer.exists():
+        return movielens.demo_dataset(data_dir / "raw")
+    directory = artifacts.artifacts_root(data_dir) / pointer.read_text().strip()
+    recorded = dataset.artifact_dataset(directory) if directory.is_dir() else None
+    if recorded is not None:
+        return recorded
+    manifest = directory / "manifest.json"
+    named = json.loads(manifest.read_text()).get("dataset_dir") if manifest.exists() else None
+    if named is None and directory.is_dir():
+        return movielens.demo_dataset(data_dir / "raw")  # built before the record: the demo's
+    raise dataset.UnsupportedDataset(
+        f"the current artifact {directory.name} was built from {named or 'a dataset'}, which "
+        "is not there any more: name the dataset to build from with --dataset DIR"
+    )
 
 
 def publish(data_dir: Path, directory: Path, version: str, candidate: bool) -> dict[str, int]:
@@ -304,10 +327,11 @@ def build(
     ``candidate``: the Triton repository only, for a rollout (CURRENT moves
     when it is promoted, artifacts.promote).
 
-    The dataset (default: MovieLens-100K, imported into the raw directory
-    once) is validated first: one that fails (``InvalidDataset``) or that the
-    build cannot take yet (``dataset.UnsupportedDataset``) is refused before
-    anything is written."""
+    The dataset (default: the current artifact's; MovieLens-100K, imported
+    into the raw directory once, where nothing was built yet) is validated
+    first: one that fails (``InvalidDataset``) or that the build cannot take
+    yet (``dataset.UnsupportedDataset``) is refused before anything is
+    written."""
     config = config or TrainConfig()
     console = console or cli_console(stderr=True)
     data, logged = training_data(data_dir, dataset_dir, with_events, console)

@@ -117,3 +117,33 @@ def generate_shop(
     print_report(report, console)
     if report.failed:
         raise typer.Exit(1)
+
+
+def snapshot_command(
+    out: Annotated[Path, typer.Option(help="The dataset directory to write.")],
+    data_dir: Annotated[
+        Path, typer.Option(help="Where the stack's events and artifacts live.")
+    ] = Path("data"),
+    dataset_dir: Annotated[
+        Path | None,
+        typer.Option("--dataset", help="The export; default: the current artifact's."),
+    ] = None,
+) -> None:
+    """The living dataset: the export plus the events and catalogue changes
+    that arrived since (pipelines/snapshot.py), written and validated; build
+    from it with `build --dataset OUT`."""
+    from pipelines.build import default_dataset
+    from pipelines.snapshot import snapshot
+
+    console = cli_console()
+    try:
+        report = snapshot(data_dir, dataset_dir or default_dataset(data_dir), out)
+    except dataset.UnsupportedDataset as refused:
+        console.print(f"[red]{refused}[/]")
+        raise typer.Exit(1) from None
+    for line in report.lines():
+        console.print(line)
+    validation, _ = inspect(out, dataset.NEEDS)
+    print_report(validation, console)
+    if validation.failed:
+        raise typer.Exit(1)

@@ -105,49 +105,36 @@ def coverage(report: Report, file: str, ids: pd.Series, used: pd.Series, what: s
     )
 
 
-def split(report: Report, file: str, users: pd.Series, minimum: int) -> None:
-    """Users with fewer interactions than the build's split needs, each
-    reported at its first interaction."""
-    counts = users.value_counts()
-    short = counts[counts < minimum]
-    if short.empty:
-        return
-    first = users.reset_index(drop=True).drop_duplicates()
-    first = first[first.isin(short.index)]
-    report.add(
-        "split",
-        Status.FAIL,
-        file,
-        "user_id",
-        f"has fewer than {minimum} interactions, which the build's temporal split needs "
-        f"(fewest: {int(short.min())})",
-        first.index.to_numpy(),
-        first,
-    )
-
-
-def learned_split(
+def split(
     report: Report, file: str, events: pd.DataFrame, roles: dict[str, str], needs: Needs
 ) -> None:
-    """Users with enough interactions but too few distinct items with an
-    event the build learns from: valid, and left out of its training."""
+    """Users with fewer of what the build learns from than its temporal
+    split needs (distinct items with a learned event where the roles are
+    known, rows where not): the build leaves them out, a WARN with their
+    count and each at its first row, never a FAIL of the whole export."""
     minimum = needs.min_user_interactions
-    learned = [name for name, role in roles.items() if role in needs.learned_roles]
     counts = events["user_id"].value_counts()
-    kept = events[events["event_type"].isin(learned)].drop_duplicates(["user_id", "item_id"])
-    distinct = kept["user_id"].value_counts().reindex(counts.index, fill_value=0)
-    short = distinct[(distinct < minimum) & (counts >= minimum)]
+    what = "interactions"
+    if needs.learned_roles and {"item_id", "event_type"} <= set(events):
+        learned = [name for name, role in roles.items() if role in needs.learned_roles]
+        kept = events[events["event_type"].isin(learned)].drop_duplicates(["user_id", "item_id"])
+        counts = kept["user_id"].value_counts().reindex(counts.index, fill_value=0)
+        what = f"items with a {' or '.join(sorted(needs.learned_roles))} event"
+    short = counts[counts < minimum]
     if short.empty:
         return
     users = events["user_id"].reset_index(drop=True).drop_duplicates()
     users = users[users.isin(short.index)]
+    outcome = f"the build leaves {len(short)} of {len(counts)} users out"
+    if len(short) == len(counts):  # valid, and the build refuses it (UnsupportedDataset)
+        outcome += ", nothing to train on"
     report.add(
         "split",
         Status.WARN,
         file,
         "user_id",
-        f"has fewer than {minimum} items with a {' or '.join(sorted(needs.learned_roles))} "
-        f"event: the build leaves the user out (fewest: {int(short.min())})",
+        f"has fewer than {minimum} {what}, which the build's temporal split needs: "
+        f"{outcome} (fewest: {int(short.min())})",
         users.index.to_numpy(),
         users,
     )

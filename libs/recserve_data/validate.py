@@ -148,10 +148,8 @@ def _cross(
             checks.references(report, file, events[key], frame[key], key, spec[kind].file)
             checks.coverage(report, spec[kind].file, frame[key], events[key], kind[:-1])
     if "user_id" in events:
-        checks.split(report, file, events["user_id"], needs.min_user_interactions)
-        if needs.learned_roles and {"item_id", "event_type"} <= set(events):
-            roles = {n: e.role.value for n, e in manifest.interactions.event_types.items()}
-            checks.learned_split(report, file, events, roles, needs)
+        roles = {n: e.role.value for n, e in manifest.interactions.event_types.items()}
+        checks.split(report, file, events, roles, needs)
 
 
 def inspect(

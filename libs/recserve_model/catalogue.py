@@ -192,3 +192,10 @@ class CatalogueSchema:
 
 
 NO_ATTRIBUTES = CatalogueSchema({})
+
+
+def changes_dir(data_dir: Path) -> Path:
+    """Where the retriever keeps the catalogue changes it acknowledged
+    (services/retriever/catalogue_log.py) and ``pipelines snapshot`` reads
+    them: one JSON Lines record per changed item."""
+    return data_dir / "events" / "catalogue"

@@ -61,8 +61,12 @@ class Attribute:
         return self.values
 
     def token(self, value: str | float | None) -> str:
-        """A value's token; "" for a value not given (None, "", NaN)."""
-        if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        """A value's token; "" for a value not given (None, "", NaN, pandas' NA)."""
+        try:
+            missing = value is None or value != value or value == ""  # NaN != NaN
+        except TypeError:  # pandas' NA is neither equal nor unequal to anything
+            missing = True
+        if missing:
             return ""
         if self.numeric:
             return str(band(float(value), self.edges))

@@ -30,6 +30,7 @@ from recserve_kit.validation import check_id
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
 from recserve_model.sources import Sources
+from services.retriever.catalogue_log import CatalogueLog
 from services.retriever.checks import ItemInput, check_filter, check_item, check_vector
 from services.retriever.config import RetrieverSettings
 from services.retriever.generations import LOAD_BATCH, Generations, Recorded, Write, read_items
@@ -58,6 +59,7 @@ class Retriever:
         self.preparer = Preparer(self)
         root = artifacts.artifacts_root(settings.data_dir)
         self.sources = SourceTables(lambda version: root / version)
+        self.catalogue_log = CatalogueLog(settings.data_dir)  # the next build's catalogue
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -375,6 +377,7 @@ class Retriever:
                 write.apply(prepared.store, prepared.version)
             for _, journal in self._journals:
                 journal.append(write)
+            await asyncio.to_thread(self.catalogue_log.record, write)  # on disk before the reply
             return count
 
     async def upsert(self, by_version: Mapping[str, Sequence[ItemRecord]]) -> int:

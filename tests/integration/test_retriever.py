@@ -16,7 +16,8 @@ import pytest
 
 from recserve.retriever.v1 import retriever_pb2 as pb
 from recserve.retriever.v1 import retriever_pb2_grpc
-from recserve_model.catalogue import CatalogueSchema
+from recserve_kit.jsonl_log import read_records
+from recserve_model.catalogue import CatalogueSchema, changes_dir
 from recserve_stack.probes import grpc_serving
 from services.retriever.config import RetrieverSettings
 from services.retriever.server import create_server
@@ -142,7 +143,7 @@ async def test_soft_delete_hides_at_once_and_upsert_restores(retriever, items):
 
 
 async def test_upsert_is_visible_to_the_next_search_and_hard_delete_removes(retriever, items):
-    stub, _ = retriever
+    stub, service = retriever
     _, vectors = items
     vector = np.zeros(vectors.shape[1], dtype=np.float32)
     vector[:3] = [0.6, -0.8, 0.01]
@@ -166,13 +167,21 @@ async def test_upsert_is_visible_to_the_next_search_and_hard_delete_removes(retr
         pb.SearchRequest(vector=vector, k=1, filter=pb.SearchFilter(include_inactive=True))
     )
     assert reply.items[0].item_id != "sku-new"
+    # Both changes are on disk for the next build's dataset (pipelines snapshot).
+    changes = list(read_records(changes_dir(service.domain.settings.data_dir)))
+    assert [(c["op"], c["item_id"]) for c in changes] == [
+        ("upsert", "sku-new"),
+        ("hard", "sku-new"),
+        ("hard", "never-existed"),
+    ]
+    assert changes[0]["title"] == "New" and changes[0]["categories"] == ["Drama"]
 
 
 WIDE_9000000042 = "".join(chr(0xFF10 + int(d)) for d in "9000000042")
 
 
 async def test_bad_input_is_rejected_whole_with_the_field_named(retriever, items):
-    stub, _ = retriever
+    stub, service = retriever
     _, vectors = items
     kept = pb.Item(item_id="9000000042", vector=vectors[1], active=True)
     await stub.UpsertItems(pb.UpsertItemsRequest(items=[kept]))
@@ -208,6 +217,10 @@ async def test_bad_input_is_rejected_whole_with_the_field_named(retriever, items
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await stub.SimilarItems(pb.SimilarItemsRequest(item_id="no-such-item", k=5))
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    # A refused call records no change for the next build's dataset: only
+    # the one upsert that was taken is there.
+    changes = list(read_records(changes_dir(service.domain.settings.data_dir)))
+    assert [(c["op"], c["item_id"]) for c in changes] == [("upsert", "9000000042")]
     # Nothing was deleted by the refused wide-digit id, and a Unicode exclusion
     # cannot crash a search (it never matches a decimal point id).
     similar = await stub.SimilarItems(pb.SimilarItemsRequest(item_id="9000000042", k=3))

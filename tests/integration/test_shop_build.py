@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from pipelines.build import QualityGateError, build
-from pipelines.dataset import artifact_dataset
+from pipelines.dataset import UnsupportedDataset, artifact_dataset
 from pipelines.shop import ShopSize, write_shop
 from recserve_data import load
 from recserve_model import artifacts
@@ -119,6 +119,23 @@ def test_an_operator_may_publish_over_the_gate_and_it_is_recorded(shop):
     (entry,) = [json.loads(line) for line in overrides.read_text().splitlines()]
     assert entry["version"] == directory.name and entry["failures"]
     assert all(" < " in failure for failure in entry["failures"])
+
+
+def test_a_build_without_dataset_retrains_the_shop_never_movielens(shop):
+    """On a shop's data dir a build (a retrain with its kept events, as a
+    candidate) without --dataset learns from the current artifact's dataset;
+    where that dataset is gone it says so instead of taking another."""
+    dataset, data_dir, directory, _, _ = shop
+    build(data_dir, dataset_dir=dataset, over_the_gate=True)  # the shop is current
+    again = build(data_dir, with_events=True, candidate=True, over_the_gate=True)
+    assert again.reused and again.version == directory.name  # the shop's data, unchanged
+    moved = dataset.with_name("moved")
+    dataset.rename(moved)
+    try:
+        with pytest.raises(UnsupportedDataset, match="name the dataset to build from"):
+            build(data_dir, candidate=True)
+    finally:
+        moved.rename(dataset)
 
 
 def test_the_towers_and_the_ranker_take_the_declared_attributes(shop):

@@ -11,7 +11,6 @@ from tests.unit.dataset_fixtures import (
     cell,
     drop_column,
     manifest_edit,
-    short_user,
     to_parquet,
 )
 
@@ -59,16 +58,6 @@ DEFECTS = [
     Defect(name, check, FILES[table], row, column, show(value), cell(table, row, column, value))
     for name, check, table, row, column, value in CELLS
 ] + [
-    # u3 keeps 5 interactions, after u1's and u2's 32: its first is row 33.
-    Defect(
-        "user too short for the split",
-        "split",
-        "interactions.csv",
-        33,
-        "user_id",
-        "'u3'",
-        short_user,
-    ),
     # A column's problem: the header is the row, the value what it holds.
     Defect(
         "required column missing",

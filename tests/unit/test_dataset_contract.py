@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from recserve_data import InvalidDataset, Needs, Status, load, validate, write_manifest, write_table
 from recserve_data.validate import inspect
 from tests.unit.dataset_defects import DEFECTS, MANIFESTS
-from tests.unit.dataset_fixtures import NOW, PER_USER, Data, Defect, tiny, write
+from tests.unit.dataset_fixtures import NOW, PER_USER, Data, Defect, short_user, tiny, write
 
 NEEDS = Needs(min_user_interactions=PER_USER, memory_bytes=8 << 30)
 
@@ -253,10 +253,24 @@ def test_build_command_prints_the_report_and_builds_nothing(tmp_path):
     assert "nothing was built" in result.output and not data_dir.exists()
 
 
-def test_validate_warns_of_users_the_build_will_leave_out(tmp_path):
-    """The tiny shop's users have the 16 interactions the split needs, but
-    only 6 distinct items with a click, purchase or rating: valid, with a
-    warning naming them, as many as the build then leaves out."""
+def test_a_user_too_short_for_the_split_warns_and_the_rest_builds(tmp_path):
+    """A shop always has users too short for the split: the build leaves
+    them out, so validation warns with their count, never fails the export."""
+    data = Data()
+    short_user(data)  # u3 keeps 5 interactions, after u1's and u2's 32: row 33
+    report = validate(write(tmp_path / "dataset", data), NEEDS, now=NOW)
+    assert not report.failed
+    (finding,) = [f for f in report.findings if f.check == "split"]
+    assert finding.status is Status.WARN and finding.count == 1
+    assert "the build leaves 1 of 3 users out" in finding.problem
+    assert any("interactions.csv row 33" in m and "'u3'" in m for m in finding.messages())
+
+
+def test_validate_counts_only_the_events_the_build_learns_from(tmp_path):
+    """The tiny shop's users have the 16 rows the split needs, but only 6
+    distinct items with a click, purchase or rating (views do not count):
+    valid, with a warning naming them, as many as the build then leaves out
+    (all: the build refuses it, below); with rows counted (no roles) they pass."""
     from pipelines.dataset import NEEDS as BUILD_NEEDS
 
     report, data = inspect(tiny(tmp_path / "tiny"), BUILD_NEEDS, now=NOW)
@@ -264,6 +278,7 @@ def test_validate_warns_of_users_the_build_will_leave_out(tmp_path):
     (finding,) = [f for f in report.findings if f.check == "split"]
     assert finding.status is Status.WARN and finding.count == 3
     assert "fewer than 16 items with a positive or rating event" in finding.problem
+    assert "leaves 3 of 3 users out, nothing to train on" in finding.problem
     assert [e.value for e in finding.examples] == ["'u1'", "'u2'", "'u3'"]
     rows_only = inspect(tiny(tmp_path / "again"), NEEDS, now=NOW)[0]  # no roles: rows count
     assert not [f for f in rows_only.findings if f.check == "split"]

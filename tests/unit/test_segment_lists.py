@@ -107,3 +107,19 @@ def test_bad_attributes_name_the_field(attributes, field):
     with pytest.raises(InvalidArgument) as raised:
         check_query(Query("u", 5, attributes=attributes), True, frozenset())
     assert str(raised.value).startswith(field)
+
+
+def test_a_value_not_given_is_no_token_whatever_form_it_takes():
+    """A shopper first seen in events (pipelines snapshot) has no attributes:
+    None, NaN, "" or pandas' NA, each is "not given", never an error."""
+    import pandas as pd
+
+    from recserve_model.segments import Attribute
+
+    for attribute in (
+        Attribute("region", values=("east", "west")),
+        Attribute("age", edges=(0, 18, 99)),
+    ):
+        for missing in (None, float("nan"), "", pd.NA):
+            assert attribute.token(missing) == ""
+    assert Attribute("age", edges=(0, 18, 99)).token(30) == "1"
