@@ -132,12 +132,18 @@ def full_answer(
     """Recommend, retried until the answer is not degraded (the stack may be
     starting or recovering)."""
 
+    last: list[str] = []
+
     def attempt() -> recommend_pb2.RecommendResponse | None:
         request = recommend_pb2.RecommendRequest(user_id=user_id, k=k, **fields)
         reply = stub.Recommend(request, timeout=2)
+        last[:] = [recommend_pb2.DegradedReason.Name(reply.degraded_reason)]
         return reply if not reply.degraded else None
 
-    return poll_until(attempt, timeout_s, 0.2, "a full (not degraded) answer")
+    try:
+        return poll_until(attempt, timeout_s, 0.2, "a full (not degraded) answer")
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out} (the last one: {last})") from None
 
 
 PERMISSION_DENIED = 13

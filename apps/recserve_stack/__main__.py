@@ -17,6 +17,7 @@ from recserve_kit.config import load_settings
 from recserve_stack import auth, envoy, pki
 from recserve_stack.canary_cli import app as canary_app
 from recserve_stack.components import stack_components
+from recserve_stack.retrain import retrain_command
 from recserve_stack.rollout_cli import app as rollout_app
 from recserve_stack.runner import Component, ComponentFailed, Runner
 from recserve_stack.settings import StackSettings
@@ -24,6 +25,7 @@ from recserve_stack.settings import StackSettings
 app = typer.Typer(add_completion=False, help=__doc__)
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(canary_app, name="canary")
+app.command("retrain")(retrain_command)
 console = cli_console(stderr=True)
 
 # Called once the stack is ready (make run prints sample recommendations).

@@ -145,6 +145,16 @@ def show(status: pb.RolloutStatus, title: str = "rollout") -> None:
         else:
             table.add_row("soak", f"{status.step_elapsed_s:.0f} / {status.soak_s:.0f} s")
         table.add_row("shadow", f"{status.shadow_percent:g}% of stable requests")
+        if status.guardrail_decision_by_unix_s:
+            by = status.guardrail_decision_by_unix_s
+            table.add_row(
+                "guardrail decides",
+                f"about {utc(by)} UTC ({max(0.0, by - time.time()):.0f} s from now, "
+                "at the traffic measured at the start)",
+            )
+        evidence = guardrail_evidence(status)
+        if evidence:
+            table.add_row("guardrail evidence", evidence)
     elif status.candidate_version:
         table.add_row("last candidate", status.candidate_version)
     if status.reason:
@@ -167,6 +177,49 @@ def show(status: pb.RolloutStatus, title: str = "rollout") -> None:
         console.print(history)
 
 
+def guardrail_evidence(status: pb.RolloutStatus) -> str:
+    """The sequential test's evidence so far, from the judge's last look."""
+    if not status.HasField("last_verdict"):
+        return ""
+    f = status.last_verdict.figures
+    if "guardrail_worse_p" not in f:
+        return ""
+    return (
+        f"conversion {f['candidate_conversion']:.2%} over {f['candidate_lists']:.0f} candidate "
+        f"lists vs {f['stable_conversion']:.2%} over {f['stable_lists']:.0f} stable; "
+        f"always-valid p of no drop {f['guardrail_worse_p']:.3g}, of a drop past the minimum "
+        f"{f['guardrail_not_worse_p']:.3g}"
+    )
+
+
+def wait_limit_s(status: pb.RolloutStatus) -> float:
+    """How long `wait` waits by default: past the guardrail's expected
+    decision and every step's soak, twice over, and at least 600 s."""
+    left = sum(status.soak_s for _ in status.steps_percent[status.step :])
+    if status.guardrail_decision_by_unix_s:
+        left += max(0.0, status.guardrail_decision_by_unix_s - time.time())
+    return max(600.0, 2 * left)
+
+
+BaselineRateOption = Annotated[
+    float,
+    typer.Option(min=0, max=1, help="The stable's conversion: turns the business guardrail on."),
+]
+MinDropOption = Annotated[
+    float,
+    typer.Option(min=0, max=1, help="Relative drop the guardrail must rule out; 0: 0.02."),
+]
+PowerOption = Annotated[
+    float, typer.Option(min=0, max=1, help="An experiment's fixed sample; 0: 0.8.")
+]
+MaxDecisionOption = Annotated[
+    float,
+    typer.Option(
+        min=0, help="Refuse a start whose guardrail would take longer to decide; 0: 7 days."
+    ),
+]
+
+
 @app.command()
 def start(
     version: Annotated[str, typer.Argument(help="Artifact version in the Triton repository.")],
@@ -177,17 +230,11 @@ def start(
     max_p99_ms: Annotated[float, typer.Option(min=0, help="0: 150 ms.")] = 0,
     max_error_rate: Annotated[float, typer.Option(min=0, max=1, help="0: 0.005.")] = 0,
     max_memory_fraction: Annotated[float, typer.Option(min=0, max=1, help="0: 0.85.")] = 0,
-    guardrail_baseline_rate: Annotated[
-        float,
-        typer.Option(
-            min=0, max=1, help="The stable's conversion: turns the business guardrail on."
-        ),
-    ] = 0,
-    guardrail_min_drop: Annotated[
-        float, typer.Option(min=0, max=1, help="Relative drop to detect; 0: 0.02.")
-    ] = 0,
+    guardrail_baseline_rate: BaselineRateOption = 0,
+    guardrail_min_drop: MinDropOption = 0,
     guardrail_alpha: Annotated[float, typer.Option(min=0, max=0.5, help="0: 0.05.")] = 0,
-    guardrail_power: Annotated[float, typer.Option(min=0, max=1, help="0: 0.8.")] = 0,
+    guardrail_power: PowerOption = 0,
+    guardrail_max_decision_s: MaxDecisionOption = 0,
     experiment_s: Annotated[
         float,
         typer.Option(
@@ -224,6 +271,7 @@ def start(
         guardrail_min_drop=guardrail_min_drop,
         guardrail_alpha=guardrail_alpha,
         guardrail_power=guardrail_power,
+        guardrail_max_decision_s=guardrail_max_decision_s,
         experiment_s=experiment_s,
         more_versions=more,
     )
@@ -241,11 +289,19 @@ def wait(
     expect: Annotated[
         str, typer.Option(help="Exit 1 unless the rollout ends so: promoted, rolled_back...")
     ] = "",
-    timeout_s: Annotated[float, typer.Option(min=1)] = 600.0,
+    timeout_s: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="0: twice what is left of the guardrail's expected decision and the "
+            "steps' soaks, at least 600 s.",
+        ),
+    ] = 0.0,
 ) -> None:
     """Until the rollout is no longer running or paused; shows how it ended."""
-    deadline = time.monotonic() + timeout_s
     status = _call("GetRollout", pb.GetRolloutRequest())
+    timeout_s = timeout_s or wait_limit_s(status)
+    deadline = time.monotonic() + timeout_s
     while status.status in ("running", "paused"):
         if time.monotonic() > deadline:
             show(status)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
+from recserve_delivery import sequential
 from recserve_delivery import state as rollout_state
 from recserve_delivery.assignment import user_position, version_at
 from recserve_delivery.outcomes import ArmOutcomes
@@ -29,11 +31,13 @@ from recserve_delivery.state import Figures, Guardrail, RolloutState, Triggers, 
 from recserve_delivery.windows import RolloutMetrics, VersionWindow
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
 from recserve_model import artifacts
+from recserve_model.catalogue import FILE as CATALOGUE_FILE
 from recserve_model.catalogue import CatalogueSchema
 
 log = logging.getLogger(__name__)
 
 HOLD_LOG_S = 10.0
+TRAFFIC_WINDOW_S = 300.0  # the stable's recent lists: the guardrail's forecast at a start
 STATUSES: tuple[str, ...] = get_args(rollout_state.Status)
 
 
@@ -126,6 +130,7 @@ class Rollout:
             raise InvalidArgument("version", f"{plan.candidate} is already the stable version")
         if self.state.stable in plan.more_candidates:
             raise InvalidArgument("more_versions", f"{self.state.stable} is the stable version")
+        lists_per_s, decision_s = self._forecast(plan)
         self.state = RolloutState(
             stable=self.state.stable,
             candidate=plan.candidate,
@@ -140,13 +145,63 @@ class Rollout:
             experiment_until=self.clock() + plan.experiment_s if plan.experiment_s else 0.0,
             history=self.state.history,
             more_candidates=list(plan.more_candidates),
+            measured_lists_per_s=lists_per_s,
+            guardrail_decision_by=self.clock() + decision_s if decision_s else 0.0,
         )
         self._arms = None
         self._new_step()
         what = f"experiment of {plan.experiment_s:g} s" if plan.experiment_s else "candidate"
         arms = ", ".join(self.state.candidates)
         each = " each" if plan.more_candidates else ""
-        self._decide("start", f"{what} {arms} at {plan.steps_percent[0]:g}%{each}")
+        expected = ""
+        if plan.guardrail is not None:
+            expected = (
+                f"; the guardrail's decision in about {rollout_state.duration(decision_s)} "
+                f"at the {lists_per_s:.3g} lists a second measured"
+                if decision_s
+                else "; no traffic measured: the guardrail's time to a decision is unknown"
+            )
+        self._decide("start", f"{what} {arms} at {plan.steps_percent[0]:g}%{each}{expected}")
+
+    def _forecast(self, plan: Plan) -> tuple[float, float]:
+        """The lists a second the stable served over the last TRAFFIC_WINDOW_S
+        and the seconds the guardrail would take to decide at that rate (0, 0:
+        no guardrail or no traffic); refuses a plan beyond its bound."""
+        g = plan.guardrail
+        directory = artifacts.artifacts_root(self.data_dir) / self.state.stable
+        if g is None or not (directory / CATALOGUE_FILE).exists():
+            return 0.0, 0.0
+        now = self.clock()
+        versions = {self.state.stable: "stable"}
+        window = ArmOutcomes(
+            self.data_dir, CatalogueSchema.load(directory), versions, now - TRAFFIC_WINDOW_S, now
+        )
+        lists_per_s = window.update()["stable"].lists / TRAFFIC_WINDOW_S
+        if not lists_per_s:
+            return 0.0, 0.0
+        arms = 1 + len(plan.more_candidates)
+        share = plan.steps_percent[0] / 100
+        alpha = g.split_among(arms).alpha
+        need = sequential.lists_to_decide(g.baseline_rate, g.min_detectable_drop, alpha, share)
+        decision_s = need / lists_per_s
+        if decision_s > g.max_decision_s:
+            smallest = sequential.smallest_drop(
+                g.baseline_rate, alpha, share, lists_per_s, g.max_decision_s
+            )
+            instead = (
+                f"a minimum drop of {smallest:.1%} decides within it"
+                if math.isfinite(smallest)
+                else "no minimum drop decides within it: a larger first step might"
+            )
+            raise InvalidArgument(
+                "guardrail_min_drop",
+                f"at the {lists_per_s:.3g} lists a second the stable served over the last "
+                f"{TRAFFIC_WINDOW_S / 60:.0f} min, the guardrail would take about "
+                f"{rollout_state.duration(decision_s)} to decide a "
+                f"{g.min_detectable_drop:.1%} drop with {share:.0%} of users on the candidate, "
+                f"beyond its bound of {rollout_state.duration(g.max_decision_s)}; {instead}",
+            )
+        return lists_per_s, decision_s
 
     def resumed_after_restart(self) -> None:
         """Resume at the persisted step: its soak and figures start over."""

@@ -9,6 +9,7 @@ Envoy (recserve_stack.service_canary). Both are judged by ``judge``.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from recserve_delivery.outcomes import Cell, compare, required_lists
+from recserve_delivery import sequential
+from recserve_delivery.outcomes import Cell, required_lists
 from recserve_model import artifacts
 
 Status = Literal["idle", "running", "paused", "promoted", "rolled_back", "aborted", "concluded"]
@@ -34,9 +36,11 @@ class Triggers(BaseModel):
 
 
 class Guardrail(BaseModel):
-    """The business guardrail: roll back when the candidate's conversion is
-    below the stable's by a significant margin, judged only once each arm
-    has the sample computed up front from these (the seeds' case study)."""
+    """The business guardrail, a sequential test (recserve_delivery.sequential):
+    roll back as soon as the candidate converts significantly less than the
+    stable; let the judge promote as soon as it is shown no worse than
+    ``min_detectable_drop``; hold until one of the two. ``power`` sizes an
+    experiment's fixed sample (its report), not the guardrail."""
 
     baseline_rate: float = Field(gt=0, lt=1, description="The stable's conversion, about.")
     min_detectable_drop: float = Field(
@@ -44,6 +48,9 @@ class Guardrail(BaseModel):
     )
     alpha: float = Field(0.05, gt=0, lt=0.5, description="One-sided false alarm rate.")
     power: float = Field(0.8, gt=0.5, lt=1, description="Chance to catch a drop that large.")
+    max_decision_s: float = Field(
+        7 * 86400.0, gt=0, description="Refuse a start whose decision would take longer."
+    )
 
     @property
     def required_lists(self) -> int:
@@ -76,6 +83,10 @@ class RolloutState(BaseModel):
     triggers: Triggers = Field(default_factory=Triggers)
     guardrail: Guardrail | None = None
     started_at: float = 0.0  # the rollout's start: the guardrail's sample since then
+    # The guardrail's decision expected by (unix s) at the traffic measured at
+    # the start, and that traffic (lists a second); 0: none measured.
+    guardrail_decision_by: float = 0.0
+    measured_lists_per_s: float = 0.0
     # An A/B experiment: one split held until then, never promoted by the
     # judge; at the end every user is back on the stable ("concluded").
     experiment_until: float = 0.0
@@ -221,7 +232,7 @@ def judge(
     tripped = trigger_verdict(state, figures, memory_fraction, seen)
     if tripped is not None:
         return tripped
-    guarded = guardrail_verdict(state, figures, seen, arm)
+    guarded = guardrail_verdict(state, figures, seen, arm, now)
     if guarded is not None and guarded.action == "rollback":
         return guarded
     if state.experiment_until:
@@ -234,7 +245,7 @@ def judge(
     if state.status == "paused":
         return Verdict("hold", "paused by the operator", seen)
     if guarded is not None:
-        return guarded  # holding for the sample: no promotion before it
+        return guarded  # holding for the evidence: no promotion before it
     if figures.requests < state.min_requests:
         return Verdict("hold", f"{figures.requests}/{state.min_requests} requests", seen)
     if elapsed < state.soak_s:
@@ -277,39 +288,73 @@ def trigger_verdict(
 
 
 def guardrail_verdict(
-    state: RolloutState, figures: Figures, seen: dict[str, float], arm: str = "candidate"
+    state: RolloutState,
+    figures: Figures,
+    seen: dict[str, float],
+    arm: str = "candidate",
+    now: float = 0.0,
 ) -> Verdict | None:
-    """Rollback on a significant conversion drop once both arms have the
-    sample; hold until then; None when the guardrail passes (or is off)."""
+    """The sequential guardrail's look: a rollback on a significant drop; a
+    hold (no promotion) until the candidate is shown no worse than the
+    minimum drop; None when it is (or the guardrail is off)."""
     g = state.arm_guardrail()
     if g is None:
         return None
     arms = figures.arms or {}
     stable, candidate = arms.get("stable", Cell()), arms.get(arm, Cell())
-    need = g.required_lists
+    result = sequential.evidence(stable, candidate, g.min_detectable_drop, g.alpha, g.baseline_rate)
     seen |= {
-        "guardrail_required_lists": float(need),
         "stable_lists": float(stable.lists),
         "candidate_lists": float(candidate.lists),
         "stable_conversion": stable.rate,
         "candidate_conversion": candidate.rate,
+        "conversion_difference": result.difference,
+        "guardrail_worse_p": result.worse_p,
+        "guardrail_not_worse_p": result.not_worse_p,
     }
-    if min(stable.lists, candidate.lists) < need:
-        return Verdict(
-            "hold",
-            f"guardrail sample {candidate.lists}/{need} candidate and "
-            f"{stable.lists}/{need} stable lists",
-            seen,
-        )
-    result = compare(stable, candidate, confidence=1 - 2 * g.alpha)
-    seen |= {"conversion_difference": result.difference, "conversion_p": result.p_value}
-    if result.high < 0:  # the one-sided test at alpha: significantly below
+    rates = f"conversion {percent(candidate.rate, 2)} vs stable {percent(stable.rate, 2)}"
+    lists = f"{candidate.lists} and {stable.lists} lists"
+    if result.decision == "rollback":
         relative = result.difference / stable.rate if stable.rate else 0.0
         return Verdict(
             "rollback",
-            f"conversion {percent(candidate.rate, 2)} vs stable {percent(stable.rate, 2)} "
-            f"({relative:+.1%} relative, one-sided p = {result.p_value / 2:.3g}, "
-            f"{candidate.lists} and {stable.lists} lists)",
+            f"{rates} ({relative:+.1%} relative, always-valid p = {result.worse_p:.3g}, {lists})",
             seen,
         )
-    return None
+    if result.decision == "pass":
+        return None
+    left = expected_left_s(state, stable, candidate, g, now)
+    if math.isfinite(left):
+        seen["guardrail_expected_s_left"] = round(left, 1)
+    eta = f"; a decision in about {duration(left)} at this traffic" if math.isfinite(left) else ""
+    return Verdict(
+        "hold",
+        f"guardrail: {rates} over {lists}, not yet shown no worse than "
+        f"-{g.min_detectable_drop:.0%} (always-valid p {result.not_worse_p:.3g}, "
+        f"alpha {g.alpha:g}){eta}",
+        seen,
+    )
+
+
+def expected_left_s(
+    state: RolloutState, stable: Cell, candidate: Cell, g: Guardrail, now: float
+) -> float:
+    """Seconds until a decision expected at the traffic since the start."""
+    served = stable.lists + candidate.lists
+    elapsed = now - state.started_at
+    if not served or elapsed <= 0 or not candidate.lists:
+        return math.inf
+    share = candidate.lists / served
+    need = sequential.lists_to_decide(g.baseline_rate, g.min_detectable_drop, g.alpha, share)
+    return max(0.0, need - served) / (served / elapsed)
+
+
+def duration(seconds: float) -> str:
+    """A duration as people say it: 40 s, 12 min, 3.5 h, 2.1 days."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

@@ -36,6 +36,7 @@ def status_message(rollout: Rollout) -> pb.RolloutStatus:
         reason=s.reason,
         history=[decision(d) for d in s.history],
         experiment_until_unix_s=s.experiment_until,
+        guardrail_decision_by_unix_s=s.guardrail_decision_by,
         ended_at_unix_s=s.ended_at,
         more_candidate_versions=s.more_candidates,
     )

@@ -243,6 +243,7 @@ GUARDRAIL_FIELDS = {
     "min_detectable_drop": "guardrail_min_drop",
     "alpha": "guardrail_alpha",
     "power": "guardrail_power",
+    "max_decision_s": "guardrail_max_decision_s",
 }
 
 
@@ -255,6 +256,7 @@ def guardrail(request: pb.StartRolloutRequest) -> Guardrail | None:
             min_detectable_drop=request.guardrail_min_drop or 0.02,
             alpha=request.guardrail_alpha or 0.05,
             power=request.guardrail_power or 0.8,
+            max_decision_s=request.guardrail_max_decision_s or 7 * 86400.0,
         )
     except ValidationError as exc:
         error = exc.errors()[0]

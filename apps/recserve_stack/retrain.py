@@ -1,0 +1,283 @@
+"""`recserve-stack retrain`: one unattended cycle against the running stack.
+
+The living dataset (`pipelines snapshot`: the export and what arrived
+since) -> a build as a candidate (the quality gate: a refusal keeps the
+current model and says why) -> a rollout judged by the outcome guardrail ->
+promoted or rolled back, by the judge -> a report beside the artifact
+(`retrain.json`). The pipelines run as processes (the runner imports none).
+
+Safe to run twice at once (the second is refused: a lock file names the
+running one's pid; a lock whose process is gone is taken over, and said
+so), after a crash (a half-written snapshot is a hidden temp directory,
+removed by the next run; a build is published whole or not at all; a
+rollout the crashed cycle started goes on in the ranker, and the next run
+waits for it instead of starting another), and with no new data (it says
+so and builds nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from recserve.ranker.v1 import ranker_pb2 as pb
+from recserve_cli import console as cli_console
+from recserve_kit.config import load_settings
+from recserve_model import artifacts
+from recserve_stack.rollout_cli import call, prepare_arms, wait_limit_s
+from recserve_stack.settings import StackSettings
+
+STATE = ("retrain", "cycle.json")  # the cycle in progress: a crash's next run reads it
+LOCK = ("retrain", "LOCK")
+ACTIVE = ("running", "paused")
+console = cli_console()
+
+
+class RetrainRefused(RuntimeError):
+    pass
+
+
+@dataclass
+class Plan:
+    baseline_rate: float
+    min_drop: float
+    alpha: float = 0.05
+    steps: list[float] = field(default_factory=lambda: [5.0, 25.0, 50.0, 100.0])
+    soak_s: float = 0.0
+    min_requests: int = 0
+
+
+@dataclass
+class Report:
+    started_at: float
+    outcome: str = ""  # nothing-new, refused, promoted, rolled_back, still-running, ...
+    reason: str = ""
+    snapshot: str = ""
+    learned: dict[str, Any] = field(default_factory=dict)  # the snapshot's counts
+    version: str = ""
+    gate: dict[str, Any] = field(default_factory=dict)  # the build's held-out figures
+    rollout: dict[str, Any] = field(default_factory=dict)  # the judge's decisions
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def one_at_a_time(data_dir: Path) -> Iterator[str]:
+    """Holds the cycle's lock; yields a note when a dead cycle's was taken over."""
+    path = data_dir.joinpath(*LOCK)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    note = ""
+    for _ in range(2):
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            break
+        except FileExistsError:
+            text = path.read_text().strip()
+            holder = int(text) if text.isdigit() else 0
+            if holder and pid_alive(holder):
+                raise RetrainRefused(
+                    f"a retrain is running (pid {holder}, {path}); this one does nothing"
+                ) from None
+            path.unlink(missing_ok=True)
+            note = f"took over the lock of pid {holder or '?'}, which is gone"
+    else:
+        raise RetrainRefused(f"{path}: could not take the lock")
+    os.write(descriptor, str(os.getpid()).encode())
+    os.close(descriptor)
+    try:
+        yield note
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def pipelines(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines", *args], capture_output=True, text=True, check=False
+    )
+
+
+def take_snapshot(data_dir: Path, stamp: str) -> Path:
+    """The living dataset under snapshots/<stamp>, whole or not at all."""
+    root = data_dir / "snapshots"
+    root.mkdir(parents=True, exist_ok=True)
+    for left in root.glob(".*.tmp"):  # a crashed cycle's half-written one
+        shutil.rmtree(left, ignore_errors=True)
+    temporary = root / f".{stamp}.tmp"
+    done = pipelines("snapshot", "--data-dir", str(data_dir), "--out", str(temporary))
+    if done.returncode:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise RetrainRefused(f"the snapshot failed: {tail(done)}")
+    final = root / stamp
+    temporary.rename(final)
+    return final
+
+
+def tail(done: subprocess.CompletedProcess[str], lines: int = 6) -> str:
+    return " | ".join((done.stdout + done.stderr).strip().splitlines()[-lines:])
+
+
+def learned_counts(dataset_dir: Path) -> tuple[int, int]:
+    """(events, catalogue changes) a dataset holds beyond its export."""
+    record = dataset_dir / "snapshot.json"
+    if not record.exists():
+        return 0, 0
+    counts = json.loads(record.read_text())
+    return int(counts["events_used"]), int(counts["catalogue_changes"])
+
+
+def nothing_new(data_dir: Path, snapshot: Path) -> str:
+    """Why nothing needs building ("" when something does)."""
+    try:
+        current = artifacts.current(data_dir)
+    except artifacts.ArtifactError:
+        return ""
+    built_from = Path(json.loads((current / "manifest.json").read_text()).get("dataset_dir", ""))
+    if learned_counts(snapshot) == learned_counts(built_from):
+        events, changes = learned_counts(snapshot)
+        return (
+            f"no new events or catalogue changes since {current.name} "
+            f"({events} events and {changes} changes beyond the export, as then)"
+        )
+    return ""
+
+
+def build_candidate(data_dir: Path, snapshot: Path, report: Report) -> bool:
+    dataset = ("--dataset", str(snapshot))
+    done = pipelines("build", "--data-dir", str(data_dir), *dataset, "--candidate")
+    found = re.search(r"rollout start (\S+)", done.stdout + done.stderr)
+    if done.returncode or found is None:
+        report.outcome, report.reason = "refused", tail(done)
+        return False
+    report.version = found.group(1)
+    directory = artifacts.artifacts_root(data_dir) / report.version
+    report.gate = json.loads((directory / "manifest.json").read_text()).get("metrics", {})
+    return True
+
+
+def roll_out(settings: StackSettings, plan: Plan, report: Report, resume: bool) -> None:
+    """Starts the guarded rollout (unless resuming one) and waits for its end."""
+    if not resume:
+        prepare_arms([report.version], 1800.0)
+        request = pb.StartRolloutRequest(
+            version=report.version, steps_percent=plan.steps, soak_s=plan.soak_s,
+            min_requests=plan.min_requests, guardrail_baseline_rate=plan.baseline_rate,
+            guardrail_min_drop=plan.min_drop, guardrail_alpha=plan.alpha,
+        )  # fmt: skip
+        call("StartRollout", request, settings)
+    status = call("GetRollout", pb.GetRolloutRequest(), settings)
+    deadline = time.monotonic() + wait_limit_s(status)
+    while status.status in ACTIVE and time.monotonic() < deadline:
+        time.sleep(1.0)
+        status = call("GetRollout", pb.GetRolloutRequest(), settings)
+    report.outcome = status.status if status.status not in ACTIVE else "still-running"
+    last = status.last_verdict.reason if status.HasField("last_verdict") else ""
+    report.reason = status.reason or last
+    report.rollout = {
+        "status": status.status,
+        "decisions": [
+            {"action": d.action, "share_percent": d.share_percent, "reason": d.reason,
+             "figures": dict(d.figures)}
+            for d in status.history if d.at_unix_s >= report.started_at - 1
+        ],
+    }  # fmt: skip
+
+
+def retrain(settings: StackSettings, plan: Plan) -> Report:
+    """One cycle; the report, also kept beside the artifact it built."""
+    data_dir = settings.data_dir
+    state_path = data_dir.joinpath(*STATE)
+    with one_at_a_time(data_dir) as note:
+        previous = json.loads(state_path.read_text()) if state_path.exists() else None
+        status = call("GetRollout", pb.GetRolloutRequest(), settings)
+        if status.status in ACTIVE:
+            if previous is None or previous.get("version") != status.candidate_version:
+                raise RetrainRefused(f"a rollout of {status.candidate_version} is {status.status}")
+            report = Report(**previous)  # a crashed cycle's rollout: wait for it
+            roll_out(settings, plan, report, resume=True)
+            return finish(data_dir, report, state_path)
+        report = Report(started_at=time.time(), reason=note)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.started_at))
+        snapshot = take_snapshot(data_dir, stamp)
+        report.snapshot = str(snapshot)
+        report.learned = json.loads((snapshot / "snapshot.json").read_text())
+        why = nothing_new(data_dir, snapshot)
+        if why:
+            shutil.rmtree(snapshot, ignore_errors=True)
+            report.outcome, report.reason, report.snapshot = "nothing-new", why, ""
+            return finish(data_dir, report, state_path)
+        if build_candidate(data_dir, snapshot, report):
+            state_path.parent.mkdir(parents=True, exist_ok=True)
+            state_path.write_text(json.dumps(asdict(report)))
+            roll_out(settings, plan, report, resume=False)
+        return finish(data_dir, report, state_path)
+
+
+def finish(data_dir: Path, report: Report, state_path: Path) -> Report:
+    """The report beside the artifact (and the last one under retrain/)."""
+    text = json.dumps(asdict(report), indent=2) + "\n"
+    if report.version:
+        (artifacts.artifacts_root(data_dir) / report.version / "retrain.json").write_text(text)
+    data_dir.joinpath("retrain", "last.json").write_text(text)
+    if report.outcome != "still-running":
+        state_path.unlink(missing_ok=True)
+    return report
+
+
+def retrain_command(
+    guardrail_baseline_rate: Annotated[
+        float, typer.Option(min=0.0001, max=0.9999, help="The stable's conversion, about.")
+    ] = 0.1,
+    guardrail_min_drop: Annotated[
+        float, typer.Option(min=0.0001, max=0.99, help="Relative drop the guardrail rules out.")
+    ] = 0.2,
+    guardrail_alpha: Annotated[float, typer.Option(min=0.0001, max=0.5)] = 0.05,
+    steps: Annotated[str, typer.Option(help="Comma-separated percents; default 5,25,50,100.")] = "",
+    soak_s: Annotated[float, typer.Option(min=0, help="Per step; 0: the ranker's.")] = 0,
+    min_requests: Annotated[int, typer.Option(min=0, help="Per step; 0: the ranker's.")] = 0,
+) -> None:
+    """One unattended cycle: snapshot, build a candidate through the gate,
+    a guarded rollout to its end, a report beside the artifact."""
+    plan = Plan(guardrail_baseline_rate, guardrail_min_drop, guardrail_alpha, soak_s=soak_s,
+                min_requests=min_requests)  # fmt: skip
+    if steps:
+        plan.steps = [float(s) for s in steps.split(",") if s.strip()]
+    try:
+        report = retrain(load_settings(StackSettings), plan)
+    except RetrainRefused as refused:
+        console.print(f"[red]{refused}[/]")
+        raise typer.Exit(1) from None
+    table = Table(title=f"retrain: {report.outcome}", title_justify="left", show_header=False)
+    table.add_row("reason", report.reason)
+    if report.learned:
+        learned = report.learned
+        table.add_row(
+            "learned",
+            f"{learned['events_used']} events, {learned['new_users']} new users, "
+            f"{learned['new_items']} new items, {learned['deactivated']} made inactive",
+        )
+    if report.version:
+        ndcg = {m: round(v["ndcg@10"], 4) for m, v in report.gate.items() if "ndcg@10" in v}
+        table.add_row("candidate", report.version)
+        table.add_row("gate (ndcg@10)", ", ".join(f"{m} {v}" for m, v in ndcg.items()))
+    console.print(table)

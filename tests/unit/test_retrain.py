@@ -1,0 +1,49 @@
+"""The unattended cycle's own logic (recserve_stack.retrain): one cycle at a
+time, a dead cycle's lock taken over, and "nothing new" judged against
+what the current artifact was built from. The whole cycle on the real
+stack: tests/delivery/test_retrain_cycle.py."""
+
+import json
+import os
+
+import pytest
+
+from recserve_model import artifacts
+from recserve_stack.retrain import RetrainRefused, nothing_new, one_at_a_time
+
+
+def test_one_cycle_at_a_time_and_a_dead_ones_lock_is_taken_over(tmp_path):
+    with one_at_a_time(tmp_path) as note:
+        assert note == ""
+        assert (tmp_path / "retrain" / "LOCK").read_text() == str(os.getpid())
+        refused = pytest.raises(RetrainRefused, match=f"a retrain is running \\(pid {os.getpid()}")
+        with refused, one_at_a_time(tmp_path):
+            pass
+    assert not (tmp_path / "retrain" / "LOCK").exists()
+    (tmp_path / "retrain" / "LOCK").write_text("999999999")  # no such process
+    with one_at_a_time(tmp_path) as note:
+        assert note == "took over the lock of pid 999999999, which is gone"
+
+
+def dataset(directory, events: int, changes: int):
+    directory.mkdir(parents=True)
+    counts = {"events_used": events, "catalogue_changes": changes}
+    (directory / "snapshot.json").write_text(json.dumps(counts))
+    return directory
+
+
+def test_nothing_new_is_judged_against_what_the_current_artifact_learned(tmp_path):
+    built_from = dataset(tmp_path / "snapshots" / "monday", 120, 3)
+    directory = artifacts.artifacts_root(tmp_path / "data") / "shop-1"
+    directory.mkdir(parents=True)
+    artifacts.write_manifest(directory, "shop-1", {"dataset_dir": str(built_from)})
+    artifacts.set_current(tmp_path / "data", "shop-1")
+    same = dataset(tmp_path / "snapshots" / "tuesday", 120, 3)
+    assert "no new events or catalogue changes since shop-1" in nothing_new(tmp_path / "data", same)
+    more = dataset(tmp_path / "snapshots" / "wednesday", 121, 3)
+    assert nothing_new(tmp_path / "data", more) == ""
+    export = tmp_path / "export"
+    export.mkdir()  # built from the export itself: nothing beyond it yet
+    artifacts.write_manifest(directory, "shop-1", {"dataset_dir": str(export)})
+    assert nothing_new(tmp_path / "data", dataset(tmp_path / "empty", 0, 0))
+    assert nothing_new(tmp_path / "data", more) == ""
