@@ -37,7 +37,7 @@ from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve_cli import console as cli_console
 from recserve_kit.config import load_settings
 from recserve_model import artifacts
-from recserve_stack.rollout_cli import call, prepare_arms, wait_limit_s
+from recserve_stack.rollout_cli import call, prepare_arms, until_ended
 from recserve_stack.settings import StackSettings
 
 STATE = ("retrain", "cycle.json")  # the cycle in progress: a crash's next run reads it
@@ -185,11 +185,7 @@ def roll_out(settings: StackSettings, plan: Plan, report: Report, resume: bool) 
             guardrail_min_drop=plan.min_drop, guardrail_alpha=plan.alpha,
         )  # fmt: skip
         call("StartRollout", request, settings)
-    status = call("GetRollout", pb.GetRolloutRequest(), settings)
-    deadline = time.monotonic() + wait_limit_s(status)
-    while status.status in ACTIVE and time.monotonic() < deadline:
-        time.sleep(1.0)
-        status = call("GetRollout", pb.GetRolloutRequest(), settings)
+    status, _ = until_ended(settings=settings)
     report.outcome = status.status if status.status not in ACTIVE else "still-running"
     last = status.last_verdict.reason if status.HasField("last_verdict") else ""
     report.reason = status.reason or last

@@ -26,6 +26,7 @@ from recserve_delivery import state as rollout_state
 from recserve_delivery.experiment import CONFIDENCE, experiment_report
 from recserve_kit.config import load_settings
 from recserve_model import artifacts
+from recserve_stack.rollout_figures import guardrail_evidence, wait_limit_s
 from recserve_stack.settings import StackSettings
 
 app = typer.Typer(add_completion=False, help=__doc__, no_args_is_help=True)
@@ -177,30 +178,6 @@ def show(status: pb.RolloutStatus, title: str = "rollout") -> None:
         console.print(history)
 
 
-def guardrail_evidence(status: pb.RolloutStatus) -> str:
-    """The sequential test's evidence so far, from the judge's last look."""
-    if not status.HasField("last_verdict"):
-        return ""
-    f = status.last_verdict.figures
-    if "guardrail_worse_p" not in f:
-        return ""
-    return (
-        f"conversion {f['candidate_conversion']:.2%} over {f['candidate_lists']:.0f} candidate "
-        f"lists vs {f['stable_conversion']:.2%} over {f['stable_lists']:.0f} stable; "
-        f"always-valid p of no drop {f['guardrail_worse_p']:.3g}, of a drop past the minimum "
-        f"{f['guardrail_not_worse_p']:.3g}"
-    )
-
-
-def wait_limit_s(status: pb.RolloutStatus) -> float:
-    """How long `wait` waits by default: past the guardrail's expected
-    decision and every step's soak, twice over, and at least 600 s."""
-    left = sum(status.soak_s for _ in status.steps_percent[status.step :])
-    if status.guardrail_decision_by_unix_s:
-        left += max(0.0, status.guardrail_decision_by_unix_s - time.time())
-    return max(600.0, 2 * left)
-
-
 BaselineRateOption = Annotated[
     float,
     typer.Option(min=0, max=1, help="The stable's conversion: turns the business guardrail on."),
@@ -299,20 +276,34 @@ def wait(
     ] = 0.0,
 ) -> None:
     """Until the rollout is no longer running or paused; shows how it ended."""
-    status = _call("GetRollout", pb.GetRolloutRequest())
-    timeout_s = timeout_s or wait_limit_s(status)
-    deadline = time.monotonic() + timeout_s
-    while status.status in ("running", "paused"):
-        if time.monotonic() > deadline:
-            show(status)
-            console.print(f"[red]still {status.status} after {timeout_s:.0f} s[/]")
-            raise typer.Exit(1)
-        time.sleep(WAIT_POLL_S)
-        status = _call("GetRollout", pb.GetRolloutRequest())
+    try:
+        status, timeout_s = until_ended(timeout_s)
+    except grpc.RpcError as exc:
+        console.print(f"[red]{exc.code().name}[/]: {exc.details()}")
+        raise typer.Exit(1) from None
+    if status.status in ("running", "paused"):
+        show(status)
+        console.print(f"[red]still {status.status} after {timeout_s:.0f} s[/]")
+        raise typer.Exit(1)
     show(status)
     if expect and status.status != expect:
         console.print(f"[red]the rollout ended {status.status}, not {expect}[/]")
         raise typer.Exit(1)
+
+
+def until_ended(
+    timeout_s: float = 0.0, settings: StackSettings | None = None
+) -> tuple[pb.RolloutStatus, float]:
+    """The rollout's status once it is no longer running or paused, asking
+    the ranker each WAIT_POLL_S (its judge decides once a second), or at
+    ``timeout_s`` (0: ``wait_limit_s``) as it then stands; and that limit."""
+    status = call("GetRollout", pb.GetRolloutRequest(), settings)
+    timeout_s = timeout_s or wait_limit_s(status)
+    deadline = time.monotonic() + timeout_s
+    while status.status in ("running", "paused") and time.monotonic() <= deadline:
+        time.sleep(WAIT_POLL_S)
+        status = call("GetRollout", pb.GetRolloutRequest(), settings)
+    return status, timeout_s
 
 
 @app.command()

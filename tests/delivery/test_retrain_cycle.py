@@ -71,7 +71,7 @@ def test_with_nothing_new_the_cycle_builds_nothing(stack):
     assert not any((stack.data_dir / "snapshots").iterdir())  # the snapshot is not kept
 
 
-# Known, not yet diagnosed (issue #38's note): during the retrained
+# Known, not yet diagnosed: during the retrained
 # candidate's rollout the stable arm's answers came back degraded (4,826 of
 # 8,377 lists without a model version, 4 on the stable), so the guardrail
 # never had the stable's evidence; test_retrained_rollout's flaky
