@@ -83,8 +83,7 @@ def batching_repository(
     delays: tuple[int, ...] = QUEUE_DELAYS_US,
 ) -> list[str]:
     """The model without dynamic batching and with each queue delay; their names."""
-    spec = EncodingSpec.load(artifact / "encoding.json")
-    source = next(m for m in model_specs(spec) if m.name == model)
+    source = next(m for m in model_specs() if m.name == model)
     publish_model(target, source, artifact, version)
     base = cpu_config(source)
     names = [f"{model}_nobatch"]

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recserve_model.affinity import RANK as AFFINITY_RANK
-from recserve_model.encoding import HISTORY_LEN, EncodingSpec
+from recserve_model.encoding import HISTORY_LEN
 from recserve_model.sources import SOURCE_FEATURES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,14 +61,23 @@ class ModelSpec:
     gpu_queue_delay_us: int
 
 
-def model_specs(spec: EncodingSpec, affinity_rank: int = AFFINITY_RANK) -> list[ModelSpec]:
-    d = spec.embedding_dim
+# The widths an artifact's encoding sets (its users' and items' features,
+# its embedding) are declared variable: the config is shared by a model's
+# versions, and a retrain that meets a new category has wider features
+# than the stable it rolls out against (a fixed width made every stable
+# answer fail). Each version's graph checks its own; Triton's dynamic
+# batcher batches only requests of one shape.
+ANY_WIDTH = -1
+
+
+def model_specs(affinity_rank: int = AFFINITY_RANK) -> list[ModelSpec]:
+    d = ANY_WIDTH
     ranker_io = (
         (
             Tensor("item_id", "TYPE_INT64", (1,)),
             Tensor("user_vector", "TYPE_FP32", (d,)),
-            Tensor("user_features", "TYPE_FP32", (spec.user_dim,)),
-            Tensor("item_features", "TYPE_FP32", (spec.item_dim,)),
+            Tensor("user_features", "TYPE_FP32", (ANY_WIDTH,)),
+            Tensor("item_features", "TYPE_FP32", (ANY_WIDTH,)),
             Tensor("retrieval_score", "TYPE_FP32", (1,)),
             Tensor("user_affinity", "TYPE_FP32", (affinity_rank,)),
             Tensor("source_features", "TYPE_FP32", (SOURCE_FEATURES,)),
@@ -80,7 +89,7 @@ def model_specs(spec: EncodingSpec, affinity_rank: int = AFFINITY_RANK) -> list[
             "user_tower",
             "user_tower",
             (
-                Tensor("user_features", "TYPE_FP32", (spec.user_dim,)),
+                Tensor("user_features", "TYPE_FP32", (ANY_WIDTH,)),
                 Tensor("history", "TYPE_INT64", (HISTORY_LEN,)),
             ),
             (Tensor("user_vector", "TYPE_FP32", (d,)),),
@@ -95,7 +104,7 @@ def model_specs(spec: EncodingSpec, affinity_rank: int = AFFINITY_RANK) -> list[
             "item_tower",
             (
                 Tensor("item_id", "TYPE_INT64", (1,)),
-                Tensor("item_features", "TYPE_FP32", (spec.item_dim,)),
+                Tensor("item_features", "TYPE_FP32", (ANY_WIDTH,)),
             ),
             (Tensor("item_vector", "TYPE_FP32", (d,)),),
             max_batch_size=1024,
@@ -202,11 +211,10 @@ def publish_model(
 def generate(
     repository: Path, artifact: Path, version: str, protected: frozenset[str] = frozenset()
 ) -> dict[str, int]:
-    spec = EncodingSpec.load(artifact / "encoding.json")
     repository.mkdir(parents=True, exist_ok=True)
     return {
         m.name: publish_model(repository, m, artifact, version, protected)
-        for m in model_specs(spec)
+        for m in model_specs()
         # An artifact from before the item tower's export publishes without it.
         if (artifact / m.source / "model.onnx").exists()
     }

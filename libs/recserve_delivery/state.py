@@ -175,6 +175,10 @@ def protected_versions(data_dir: Path) -> set[str]:
 
 MIN_ERRORS = 5  # errors that judge a rate before min_requests (a broken version)
 MIN_SLOW = 10  # timed requests whose median alone can judge latency (a slow version)
+# Timed requests before a p99 can roll back: of fewer, the p99 is the
+# slowest one, and a single cold call (a new version's first batch) rolled
+# back a good retrained model. Over the limit with fewer, the judge holds.
+MIN_P99 = 100
 
 
 @dataclass(frozen=True)
@@ -250,6 +254,13 @@ def judge(
         return Verdict("hold", f"{figures.requests}/{state.min_requests} requests", seen)
     if elapsed < state.soak_s:
         return Verdict("hold", f"soaking {elapsed:.0f}/{state.soak_s:.0f} s", seen)
+    if figures.p99_ms > state.triggers.max_p99_ms:  # of fewer than MIN_P99: not yet judged
+        return Verdict(
+            "hold",
+            f"p99 {figures.p99_ms:.0f} ms over the limit from {figures.timed} timed requests: "
+            f"waiting for {MIN_P99} to judge it",
+            seen,
+        )
     return Verdict("promote", "soaked with every figure inside its limit", seen)
 
 
@@ -276,7 +287,7 @@ def trigger_verdict(
             f"> {percent(t.max_error_rate, 2)}",
             seen,
         )
-    if enough and figures.p99_ms > t.max_p99_ms:
+    if enough and figures.timed >= MIN_P99 and figures.p99_ms > t.max_p99_ms:
         return Verdict("rollback", f"p99 {figures.p99_ms:.0f} ms > {t.max_p99_ms:.0f} ms", seen)
     if figures.timed >= MIN_SLOW and figures.p50_ms > t.max_p99_ms:
         return Verdict(

@@ -30,6 +30,7 @@ from recserve_kit.rpc import RPC_DURATION, method_handlers  # noqa: F401  (re-ex
 from recserve_kit.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
+BACKGROUND_RESTART_S = 1.0  # a failed background loop waits this long before it runs again
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class Service:
         await self.server.start()
         for hook in self.on_start:
             await hook()
-        self._tasks = [asyncio.create_task(loop()) for loop in self.background]
+        self._tasks = [asyncio.create_task(supervised(loop)) for loop in self.background]
         await self.health.mark_started()
         self.health.start_probes(self.probes)
         security = "mutual TLS" if self.settings.tls_dir else "plaintext (loopback only)"
@@ -107,6 +108,23 @@ class Service:
                 await task
         for cleanup in self.cleanups:
             await cleanup()
+
+
+async def supervised(
+    loop: Callable[[], Coroutine[Any, Any, None]], pause_s: float = BACKGROUND_RESTART_S
+) -> None:
+    """Runs ``loop`` again after it raises: a judge or a reloader that failed
+    once (a file half written, a backend down) must not stop for good while
+    the process goes on serving as if it ran."""
+    while True:
+        try:
+            await loop()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("background loop %s failed; restarting it", loop.__qualname__)
+            await asyncio.sleep(pause_s)
 
 
 def _add_servicers(

@@ -61,6 +61,8 @@ def search_candidates(
         check_id(item_id, "history_item_ids")
     blocked = dataclasses.replace(flt, exclude_item_ids=(*flt.exclude_item_ids, *history))
     hits, generation = retriever.search(vector, k, blocked, ef, field, model_version)
+    if not retriever.settings.candidate_sources:
+        return Candidates(hits), generation
     tables, store = retriever.sources_for(model_version)
     if tables is None:
         return Candidates(hits), generation

@@ -25,6 +25,13 @@ class RetrieverSettings(ServiceSettings):
         128, ge=8, le=1024, description="HNSW build breadth, for a newly built generation."
     )
     search_ef: int = Field(128, ge=8, le=4096, description="Default HNSW search breadth.")
+    candidate_sources: bool = Field(
+        True,
+        description="Answer a Search that sends the user's history with the artifact's "
+        "item-to-item and popular candidates beside the nearest neighbours (what its ranker "
+        "was trained on); false: nearest neighbours only, about half the retriever's CPU "
+        "per search and a worse list (docs/benchmarks.md).",
+    )
     max_k: int = Field(1000, ge=1, le=10000, description="Most hits one Search may ask for.")
     max_upsert_batch: int = Field(
         10000, ge=1, description="Most items one UpsertItems or DeleteItems call may carry."

@@ -7,6 +7,7 @@ stable 63-bit hash. The original string is kept in the payload either way.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ def soft_deleted_payload() -> dict[str, object]:
     return {"active": False, STATE_FIELD: state_of(False)}
 
 
+@functools.lru_cache(maxsize=1 << 17)  # a request names up to 1,450 ids; most recur
 def point_id(item_id: str) -> int:
     if is_decimal(item_id) and len(item_id) < 19 and not (len(item_id) > 1 and item_id[0] == "0"):
         return int(item_id)

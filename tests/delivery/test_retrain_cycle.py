@@ -71,12 +71,6 @@ def test_with_nothing_new_the_cycle_builds_nothing(stack):
     assert not any((stack.data_dir / "snapshots").iterdir())  # the snapshot is not kept
 
 
-# Known, not yet diagnosed: during the retrained
-# candidate's rollout the stable arm's answers came back degraded (4,826 of
-# 8,377 lists without a model version, 4 on the stable), so the guardrail
-# never had the stable's evidence; test_retrained_rollout's flaky
-# RETRIEVER_TIMEOUT is the same symptom. Strict=False: it reports either way.
-@pytest.mark.xfail(reason="stable arm degraded during a retrained rollout", strict=False)
 def test_a_cycle_learns_a_new_shopper_and_the_guardrail_promotes_it(stack, built):
     stable = artifacts.current(stack.data_dir).name
     items = sorted(pd.read_parquet(built.directory / "item_vectors.parquet")["item_id"])[:24]

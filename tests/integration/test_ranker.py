@@ -42,8 +42,7 @@ def setup(built, tmp_path_factory):
     (root / "artifacts" / built.version).symlink_to(built.directory)
     second = built.version + "-b"
     (root / "artifacts" / second).symlink_to(built.directory)
-    spec = EncodingSpec.load(built.directory / "encoding.json")
-    for model in model_specs(spec):
+    for model in model_specs():
         if model.name in ("user_tower", "ranker", "item_tower"):
             publish_model(repository, model, built.directory, second)
     # Serving waits 250 µs for a batch to fill, tuned for latency; on a busy

@@ -31,7 +31,7 @@ def items(built):
 
 
 @asynccontextmanager
-async def serving_retriever(built, tmp_path, store: str):
+async def serving_retriever(built, tmp_path, store: str, **overrides):
     """A started retriever over Qdrant Edge ("edge") or qdrant-client's local
     mode ("memory"), ready, with a channel to it."""
     data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
@@ -41,6 +41,7 @@ async def serving_retriever(built, tmp_path, store: str):
         shutdown_drain_s=0,
         refresh_interval_s=0,
         qdrant_url="" if store == "edge" else ":memory:",
+        **overrides,
     )
     service = await create_server(settings)
     await service.start()

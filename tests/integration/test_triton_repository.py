@@ -56,6 +56,19 @@ async def infer(client, model: str, feed: dict[str, np.ndarray], output: str) ->
     return result.as_numpy(output)
 
 
+async def ranker_scores(url: str, version: int, feed: dict[str, np.ndarray]) -> np.ndarray:
+    """One version's scores for ``feed``, pinned as the ranker pins it."""
+    async with triton_aio.InferenceServerClient(url) as client:
+        inputs = []
+        for name, array in feed.items():
+            kind = "INT64" if array.dtype == np.int64 else "FP32"
+            tensor = InferInput(name, list(array.shape), kind)
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        result = await client.infer("ranker", inputs, model_version=str(version))
+    return result.as_numpy("score")
+
+
 OUTPUT = {"user_tower": "user_vector", "ranker": "score", "ranker_int8": "score"}
 
 
@@ -103,8 +116,7 @@ async def test_concurrent_single_requests_match_and_are_batched(built, triton):
 
 def test_repository_has_cpu_and_gpu_configs(built):
     repository = built.directory.parents[1] / "triton" / "repository"
-    spec = EncodingSpec.load(built.directory / "encoding.json")
-    for model in model_specs(spec):
+    for model in model_specs():
         cpu = (repository / model.name / "config.pbtxt").read_text()
         gpu = (repository / model.name / "configs" / "gpu.pbtxt").read_text()
         assert 'backend: "python"' in cpu and "KIND_CPU" in cpu
@@ -167,7 +179,7 @@ def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path)
         legacy / "ranker" / "model.onnx",
     )
     repository = tmp_path / "repository"
-    model = next(m for m in model_specs(spec) if m.name == "ranker")
+    model = next(m for m in model_specs() if m.name == "ranker")
     old = publish_model(repository, model, legacy, "legacy")
     new = publish_model(repository, model, built.directory, built.version)
     feed = make_inputs(spec, "ranker", 50, seed=2)
@@ -181,21 +193,52 @@ def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path)
         None, feed
     )[0]
 
-    async def scores(url: str, version: int) -> np.ndarray:
-        inputs = []
-        for name, array in feed.items():
-            tensor = InferInput(
-                name, list(array.shape), "INT64" if array.dtype == np.int64 else "FP32"
-            )
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        async with triton_aio.InferenceServerClient(url) as client:
-            result = await client.infer("ranker", inputs, model_version=str(version))
-        return result.as_numpy("score")
-
     with running_triton(tmp_path / "run", repository, ["ranker"]) as server:
         for version, expected in ((old, expected_old), (new, expected_new)):
-            got = asyncio.run(scores(server.grpc_url, version))
+            got = asyncio.run(ranker_scores(server.grpc_url, version, feed))
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_retrained_version_with_wider_features_serves_beside_the_stable(built, tmp_path):
+    """A retrain that met a new occupation and a new genre has wider user
+    and item features than the stable it rolls out against; both versions
+    of the one model answer, each with its own widths (the config's widths
+    are variable: a fixed one made every stable answer fail)."""
+    import dataclasses
+
+    from pipelines.export import RANKER_INPUTS, RANKER_OUTPUTS, _export, example_ranker_inputs
+    from pipelines.models import Ranker
+    from pipelines.triton_repo import publish_model
+
+    spec = EncodingSpec.load(built.directory / "encoding.json")
+    wider = dataclasses.replace(
+        spec, occupations=[*spec.occupations, "new"], genres=[*spec.genres, "New"]
+    )
+    assert (wider.user_dim, wider.item_dim) == (spec.user_dim + 1, spec.item_dim + 1)
+    torch.manual_seed(0)
+    ranker = Ranker(wider.num_rows, wider.user_dim, wider.item_dim, wider.embedding_dim)
+    retrained = tmp_path / "retrained"
+    _export(
+        ranker.eval(),
+        example_ranker_inputs(wider),
+        RANKER_INPUTS,
+        RANKER_OUTPUTS,
+        retrained / "ranker" / "model.onnx",
+    )
+    repository = tmp_path / "repository"
+    model = next(m for m in model_specs() if m.name == "ranker")
+    stable = publish_model(repository, model, built.directory, built.version)
+    candidate = publish_model(repository, model, retrained, "retrained")
+    feeds = {
+        stable: (make_inputs(spec, "ranker", 30, seed=4), built.directory),
+        candidate: (make_inputs(wider, "ranker", 30, seed=5), retrained),
+    }
+
+    with running_triton(tmp_path / "run", repository, ["ranker"]) as server:
+        for version, (feed, artifact) in feeds.items():
+            graph = ort.InferenceSession(str(artifact / "ranker" / "model.onnx"))
+            expected = graph.run(None, feed)[0]
+            got = asyncio.run(ranker_scores(server.grpc_url, version, feed))
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 

@@ -42,6 +42,24 @@ def test_a_users_scores_sum_each_seeds_weights_most_recent_first():
     np.testing.assert_allclose(recent.scores, [0.5, 0.25 + np.exp(-1), 0.1 * np.exp(-1)], rtol=1e-6)
 
 
+def test_a_large_catalogue_sums_by_sorting_and_gets_the_same_scores(monkeypatch):
+    """The dense sum (every row at once) and the sorted one (a catalogue too
+    large for it) give the same rows and scores, negative weights included."""
+    rng = np.random.default_rng(0)
+    rows = 5_000
+    neighbours = rng.integers(0, rows, (rows, 8)).astype(np.int32)
+    weights = rng.normal(size=(rows, 8)).astype(np.float32)
+    ids = np.array(["", *map(str, range(1, rows))])
+    sources = Sources(neighbours, weights, np.arange(1, 50), ids, "test", 3.0)
+    history = rng.integers(1, rows, 40)
+    dense = sources.user_scores(history)
+    monkeypatch.setattr("recserve_model.sources.DENSE_ROWS", 0)
+    assert rows > 8 * 40 * 8  # the sorted path, now
+    sorted_ = sources.user_scores(history)
+    np.testing.assert_array_equal(dense.rows, sorted_.rows)
+    np.testing.assert_array_equal(dense.scores, sorted_.scores)
+
+
 def test_pools_leave_out_the_blocked_rows_and_keep_their_order():
     sources = table()
     user = sources.user_scores(np.array([1, 2]))

@@ -144,7 +144,7 @@ def test_any_arm_tripping_a_trigger_ends_the_experiment_naming_it(tmp_path):
     now[0] = 1005.0
     verdict = rollout.tick(0.2)
     assert verdict is not None and verdict.action == "rollback"
-    assert verdict.reason.startswith("v3: p99")
+    assert verdict.reason.startswith("v3: median 400 ms")
     assert rollout.state.status == "rolled_back"
     assert {rollout.version_for(u) for u in map(str, range(500))} == {"v1"}
 

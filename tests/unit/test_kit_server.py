@@ -166,3 +166,20 @@ def test_server_faults_are_logged_within_a_budget():
     now[0] += 1.0
     assert budget.take() == 45  # the next line says how many were dropped
     assert budget.take() == 0
+
+
+async def test_a_background_loop_that_raises_runs_again(caplog):
+    """A judge or reloader that fails once keeps running (logged), and one
+    that returns is not started again."""
+    from recserve_kit.server import supervised
+
+    runs: list[int] = []
+
+    async def flaky() -> None:
+        runs.append(len(runs))
+        if len(runs) < 3:
+            raise OSError("a file half written")
+
+    await asyncio.wait_for(supervised(flaky, pause_s=0.01), timeout=5)
+    assert runs == [0, 1, 2]
+    assert caplog.text.count("failed; restarting it") == 2

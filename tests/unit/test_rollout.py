@@ -72,7 +72,7 @@ def test_judge_holds_until_enough_requests_and_the_soak_then_promotes():
     ("w", "memory", "why"),
     [
         (window([200] * 10), 0.3, "median 200 ms"),  # slow: rolled back before min_requests
-        (window([10] * 19 + [400]), 0.3, "p99 400 ms"),
+        (window([10] * 95 + [400] * 5), 0.3, "p99 400 ms"),
         (window([], errors=5), 0.3, "error rate 100.00% (5/5)"),  # broken
         (window([10] * 99, errors=1), 0.3, "error rate 1.00% (1/100)"),
         (window([10] * 20), 0.9, "memory 90.0% > 85.0%"),
@@ -82,6 +82,17 @@ def test_judge_rolls_back_on_each_trigger(w, memory, why):
     verdict = judge(running(), w.figures(), memory, now=1)
     assert verdict.action == "rollback"
     assert why in verdict.reason
+
+
+def test_one_cold_call_neither_rolls_back_nor_promotes_until_a_p99_means_something():
+    """Of 20 timed requests the p99 is the slowest: one cold first call over
+    the limit holds the step; once 100 are timed, it is judged on them."""
+    cold = window([400] + [10] * 19)
+    verdict = judge(running(), cold.figures(), 0.3, now=30)
+    assert verdict.action == "hold" and "waiting for 100" in verdict.reason, verdict
+    for _ in range(100):
+        cold.completed(0.01)
+    assert judge(running(), cold.figures(), 0.3, now=30).action == "promote"
 
 
 def test_judge_without_memory_still_decides_and_a_pause_holds_but_still_rolls_back():

@@ -121,7 +121,7 @@ def memory_part(big: Path, big_spec: EncodingSpec, rows: int, work_dir: Path) ->
     for variant in ("ranker", "ranker_int8"):
         repo = work_dir / f"mem-{variant}" / "repository"
         shutil.rmtree(repo, ignore_errors=True)
-        specs = rb.model_specs(big_spec, affinity_rank=rb.BIG_RANK)
+        specs = rb.model_specs(affinity_rank=rb.BIG_RANK)
         model = next(m for m in specs if m.name == variant)
         rb.publish_model(repo, model, big, "big")
         with running_triton(work_dir / f"mem-{variant}", repo, [variant]) as server:

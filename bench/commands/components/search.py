@@ -1,8 +1,10 @@
 """`python -m bench search`: the running stack's retriever, searched over
 gRPC (mutual TLS, the operator's certificate) with user-like queries (the
-mean of three random items' vectors of the served artifact) and, when
-asked, a filter on declared attributes: p50/p99 of whole calls, one at a
-time. The served index at its real size and shape, where `bench retriever`
+mean of three random items' vectors of the served artifact), or with
+``--users`` the artifact's users as the gateway asks for them (each one's
+stored vector and seen items as the history that seeds the item-to-item
+source), and, when asked, a filter on declared attributes: p50/p99 of
+whole calls, one at a time. The served index at its real size and shape, where `bench retriever`
 measures a synthetic one in process."""
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ def conditions(any_of: list[str], ranges: list[str]) -> list[pb.AttributeFilter]
     return out
 
 
+def vector_column(path: Path) -> np.ndarray:
+    table = pq.read_table(path, columns=["vector"])
+    column = table.column("vector").combine_chunks()
+    return column.values.to_numpy(zero_copy_only=False).reshape(len(table), -1)
+
+
 def search(
     data_dir: Annotated[Path, typer.Option(help="The running stack's data directory.")] = Path(
         "data"
@@ -54,13 +62,19 @@ def search(
     range_: Annotated[
         list[str] | None, typer.Option("--range", help="NAME=LOW:HIGH: a numeric range.")
     ] = None,
+    users: Annotated[
+        bool, typer.Option(help="Real users' vectors and histories (the candidate sources).")
+    ] = False,
     out: Path | None = None,
 ) -> None:
     """The served retriever's latency, filtered or not (see the module)."""
     directory = artifacts.current(data_dir)
-    table = pq.read_table(directory / "item_vectors.parquet", columns=["vector"])
-    column = table.column("vector").combine_chunks()
-    vectors = column.values.to_numpy(zero_copy_only=False).reshape(len(table), -1)
+    vectors = vector_column(directory / "item_vectors.parquet")
+    histories: list[list[str]] = []
+    if users:
+        vectors = vector_column(directory / "features" / "user_vectors.parquet")
+        activity = pq.read_table(directory / "features" / "user_activity.parquet")
+        histories = activity.column("seen_item_ids").to_pylist()
     rng = np.random.default_rng(7)
     flt = pb.SearchFilter(attributes=conditions(any_of or [], range_ or []))
     histogram, hits = new_histogram(), []
@@ -68,8 +82,14 @@ def search(
     with transport.channel(target, tls) as channel:
         stub = retriever_pb2_grpc.RetrieverServiceStub(channel)
         for n in range(queries + 20):
-            query = vectors[rng.integers(len(vectors), size=3)].mean(axis=0).astype(np.float32)
-            request = pb.SearchRequest(vector_f32=query.tobytes(), k=k, filter=flt, columns=True)
+            request = pb.SearchRequest(k=k, filter=flt, columns=True)
+            if users:
+                at = n % len(vectors)
+                request.vector_f32 = vectors[at].astype(np.float32).tobytes()
+                request.history_item_ids.extend(histories[at][:1000])
+            else:
+                query = vectors[rng.integers(len(vectors), size=3)].mean(axis=0)
+                request.vector_f32 = query.astype(np.float32).tobytes()
             started = time.perf_counter()
             reply = stub.Search(request, timeout=10)
             if n >= 20:  # the first 20 warm the channel up
@@ -78,9 +98,10 @@ def search(
     record = {
         "benchmark": "search",
         "artifact": directory.name,
-        "items": len(vectors),
+        "items": pq.read_metadata(directory / "item_vectors.parquet").num_rows,
         "queries": queries,
         "k": k,
+        "users": users,
         "filter": [str(c).replace("\n", " ") for c in flt.attributes],
         "mean_hits": float(np.mean(hits)),
         **percentiles(histogram),
