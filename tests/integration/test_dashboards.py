@@ -7,6 +7,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import tritonclient.grpc as triton_grpc
 import yaml
 from prometheus_client import REGISTRY
@@ -61,9 +62,13 @@ def triton_metric_names(built, tmp_path) -> set[str]:
         # One inference, so the per-model counters exist.
         client = triton_grpc.InferenceServerClient(server.grpc_url)
         config = client.get_model_config("ranker", as_json=True)["config"]
+        # The config's feature widths are variable (a model's versions share
+        # it); the served version's graph has them.
+        graph = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx"))
+        widths = {i.name: i.shape[1:] for i in graph.get_inputs()}
         inputs = []
         for spec in config["input"]:
-            dims = [1, *(int(d) for d in spec["dims"])]
+            dims = [1, *(int(d) for d in widths[spec["name"]])]
             dtype = "INT64" if spec["data_type"] == "TYPE_INT64" else "FP32"
             tensor = triton_grpc.InferInput(spec["name"], dims, dtype)
             tensor.set_data_from_numpy(np.zeros(dims, np.int64 if dtype == "INT64" else np.float32))
