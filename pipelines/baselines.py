@@ -125,3 +125,25 @@ def fit_affinity(
         matrix = sparse_baselines.interactions(train, encoder, users)
         return sparse_baselines.low_rank_ease(matrix, rank, EASE_LAMBDA)
     return affinity_factors(ease(interactions(train, encoder, users)), rank)
+
+
+def category_popularity(matrix: np.ndarray, membership: np.ndarray) -> np.ndarray:
+    """Item-item weights W[j, i] = sum over categories c of m[j, c] * P_c(i):
+    a history's scores are its category shares times each item's share of
+    its categories' interactions ("more of what you browse, the popular
+    ones first"). ``membership``: [num_rows, C], each item's categories with
+    rows summing to 1 (0 for none). Needs few interactions per user, so it
+    carries young shops where co-occurrences are sparse."""
+    counts = matrix.sum(axis=0).astype(np.float64)
+    mass = membership * counts[:, None]
+    shares = mass / np.maximum(mass.sum(axis=0, keepdims=True), 1e-12)  # [num_rows, C]
+    weights = (membership @ shares.T).astype(np.float32)
+    weights[np.diag_indices_from(weights)] = 0.0
+    return weights
+
+
+def category_membership(item_features: np.ndarray, start: int, end: int) -> np.ndarray:
+    """Each row's categories from the encoded item features' multi-hot
+    columns ``[start, end)``, normalised to sum to 1 (rows without stay 0)."""
+    hot = item_features[:, start:end].astype(np.float64)
+    return hot / np.maximum(hot.sum(axis=1, keepdims=True), 1.0)

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from pipelines import (
+    baselines,
     dataset,
     evaluate,
     export,
@@ -47,7 +48,7 @@ from recserve_cli import console as cli_console
 from recserve_delivery import state as rollout_state
 from recserve_model import artifacts
 from recserve_model import segments as segment
-from recserve_model.encoding import EncodingSpec
+from recserve_model.encoding import CATEGORY_OFFSET, EncodingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_SOURCES = [
@@ -208,8 +209,11 @@ def train_and_export(
         inputs = encode_inputs(spec, tables)
         # The ranker learns from features as of the end of the tower period.
         inputs_then = encode_inputs(spec, dataset.feature_tables(data, split.tower_train))
+    membership = baselines.category_membership(
+        inputs.item_features, CATEGORY_OFFSET, spec.category_end
+    )
     with steps("item-to-item model, chosen on a holdout-shaped window"):
-        choice = item_neighbours.choose_model(split, inputs.encoder)
+        choice = item_neighbours.choose_model(split, inputs.encoder, membership)
     console.print(f"item-to-item source: {choice.model}, recency tau {choice.recency_tau:g}")
     with Progress(console=console, transient=False) as progress:
         with steps("two-tower training"):
@@ -231,7 +235,7 @@ def train_and_export(
     with steps("affinity and sources refit"):
         set_affinity(ranker, split.train, inputs.encoder)
         item_neighbours.fit_sources(
-            split.train, inputs.encoder, choice.model, choice.recency_tau
+            split.train, inputs.encoder, choice.model, choice.recency_tau, membership
         ).save(out)
     vectors = item_vectors(tower, inputs)
     spec.save(out / "encoding.json")

@@ -5,11 +5,17 @@ The item-item model is chosen on a validation window shaped like the
 holdout (each user's last ``HOLDOUT`` training items as truth, the rest as
 history), never on the test split: EASE at each of ``EASE_LAMBDAS`` and
 cosine item-kNN where the dense items x items matrices are affordable,
-item-kNN through sparse products above. The shape matters: the ranker's
-window (the five items right after the tower period, often the rest of a
-session) rewards recency that ten held-out items do not. The winner is fit
-on the tower period (the ranker trains on it) and refit on the whole
-training period; each item keeps its best neighbours with a positive weight.
+and the best EASE mixed with category popularity where the items have
+categories (``baselines.category_popularity``); item-kNN through sparse
+products above. The shape matters: the ranker's window (the five items
+right after the tower period, often the rest of a session) rewards recency
+that ten held-out items do not. So do the histories' lengths: the window's
+are ten items shorter than the ones served, which favours models that need
+little history (a young shop's light users have few left), so each window
+user counts as the served users of their history's length do
+(``length_weights``). The winner is fit on the tower period (the ranker
+trains on it) and refit on the whole training period; each item keeps its
+best neighbours with a positive weight.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ def kept_neighbours(num_rows: int) -> int:
 
 
 EASE_LAMBDAS = (100.0, 300.0, 1000.0)
+CATEGORY_MIXES = (0.3, 1.0, 3.0)  # category popularity's weight beside EASE's, scaled to its norm
 RECENCY_TAUS = (0.0, 100.0, 30.0, 10.0, 3.0)  # 0: every seed alike
 ROW_BLOCK = 2048  # rows of a weight matrix truncated at once
 VALIDATION_USERS = 5_000  # the most users scored to choose the model
@@ -62,7 +69,9 @@ class Choice:
     def ease_lambda(self) -> float:
         """EASE's lambda that ranked the window best (the gate's EASE baseline)."""
         eases = {
-            k: v for k, v in self.validation_ndcg.items() if k.startswith("ease:") and " " not in k
+            k: v
+            for k, v in self.validation_ndcg.items()
+            if k.startswith("ease:") and " " not in k and "+" not in k
         }
         if not eases:
             return baselines.EASE_LAMBDA
@@ -117,9 +126,14 @@ def sparse_knn_neighbours(matrix: sparse.csr_matrix, m: int) -> tuple[np.ndarray
 
 
 def validation_ndcg(
-    score: Callable[[np.ndarray], np.ndarray], history: np.ndarray, truth: list[np.ndarray]
+    score: Callable[[np.ndarray], np.ndarray],
+    history: np.ndarray,
+    truth: list[np.ndarray],
+    weights: np.ndarray | None = None,
 ) -> float:
-    """Mean NDCG@10 of ``score`` (a batch of history rows -> scores) on the window."""
+    """Mean NDCG@10 of ``score`` (a batch of history rows -> scores) on the
+    window, each user counted by ``weights`` (all alike without)."""
+    weights = np.ones(len(history)) if weights is None else weights
     total = 0.0
     discounts = 1 / np.log2(np.arange(2, 12))
     for start in range(0, len(history), 256):
@@ -131,8 +145,25 @@ def validation_ndcg(
         top = np.take_along_axis(top, np.argsort(-np.take_along_axis(scores, top, 1), 1), 1)
         for j, wanted in enumerate(truth[start : start + 256]):
             hits = np.isin(top[j], wanted)
-            total += (hits * discounts).sum() / discounts[: min(10, len(wanted))].sum()
-    return total / max(1, len(history))
+            gain = (hits * discounts).sum() / discounts[: min(10, len(wanted))].sum()
+            total += weights[start + j] * gain
+    return total / max(float(weights.sum()), 1e-12)
+
+
+LENGTH_BINS = np.unique(np.round(np.geomspace(1, 1 << 20, 41)).astype(np.int64))
+
+
+def length_weights(window_lengths: np.ndarray, served_lengths: np.ndarray) -> np.ndarray:
+    """Each window user's weight so that the window's history lengths are
+    distributed as the served ones (importance weights over log-spaced
+    length bins): a window user of a length no served user has counts 0.
+    All 1 when nothing would count."""
+    bins = LENGTH_BINS
+    window = np.histogram(window_lengths, bins)[0] / max(len(window_lengths), 1)
+    served = np.histogram(served_lengths, bins)[0] / max(len(served_lengths), 1)
+    where = np.clip(np.searchsorted(bins, window_lengths, side="right") - 1, 0, len(window) - 1)
+    weights = np.where(window[where] > 0, served[where] / np.maximum(window[where], 1e-12), 0.0)
+    return weights if weights.sum() > 0 else np.ones(len(window_lengths))
 
 
 def selection_window(split: Split) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -143,31 +174,56 @@ def selection_window(split: Split) -> tuple[pd.DataFrame, pd.DataFrame]:
     return train[from_end >= HOLDOUT], train[from_end < HOLDOUT]
 
 
-def choose_model(split: Split, encoder: Encoder) -> Choice:
-    """The item-item model that ranks the holdout-shaped window best."""
-    history_frame, truth_frame = selection_window(split)
+@dataclass(frozen=True)
+class Window:
+    """The selection window's users: their history rows, truth and weights."""
+
+    users: list[str]
+    truth: list[np.ndarray]
+    weights: np.ndarray
+
+
+def window_users(
+    split: Split, encoder: Encoder, history_frame: pd.DataFrame, truth_frame: pd.DataFrame
+) -> Window:
     users = sorted(set(history_frame["user_id"]) & set(truth_frame["user_id"]))
     if len(users) > VALIDATION_USERS:
         drawn = np.random.default_rng(7).choice(len(users), VALIDATION_USERS, replace=False)
         users = [users[i] for i in sorted(drawn)]
     truth_rows = truth_frame.groupby("user_id")["item_id"].agg(list)
-    truth = [encoder.item_rows(truth_rows[u]) for u in users]
+    lengths = history_frame.groupby("user_id").size()
+    weights = length_weights(
+        lengths.loc[users].to_numpy(), split.train.groupby("user_id").size().to_numpy()
+    )
+    return Window(users, [encoder.item_rows(truth_rows[u]) for u in users], weights)
+
+
+def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None = None) -> Choice:
+    """The item-item model that ranks the holdout-shaped window best;
+    ``membership`` (``baselines.category_membership``) adds the category
+    mixtures."""
+    history_frame, truth_frame = selection_window(split)
+    window = window_users(split, encoder, history_frame, truth_frame)
     if not sparse_baselines.dense_ok(encoder.spec.num_rows):
         sources = fit_sources(history_frame, encoder, "item_knn")
-        tau, by_tau = choose_recency(sources, history_frame, encoder, users, truth)
+        tau, by_tau = choose_recency(sources, history_frame, encoder, window)
         tower = fit_sources(split.tower_train, encoder, "item_knn", tau)
         return Choice("item_knn", tau, by_tau, tower)
     everyone = sorted(history_frame["user_id"].unique())
     fit = baselines.interactions(history_frame, encoder, everyone)
     index = {u: i for i, u in enumerate(everyone)}
-    history = fit[[index[u] for u in users]]
+    history = fit[[index[u] for u in window.users]]
     ndcg: dict[str, float] = {}
     best: tuple[float, str, np.ndarray] | None = None
-    for name in [*(f"ease:{lam:g}" for lam in EASE_LAMBDAS), "item_knn"]:
-        weights = item_item(fit, name)
-        ndcg[name] = float(
-            round(validation_ndcg(lambda rows, w=weights: rows @ w, history, truth), 4)
+    for name in candidate_models(membership):
+        if name.startswith("+"):  # a mixture with the best EASE
+            eases = [k for k in ndcg if k.startswith("ease:") and "+" not in k]
+            name = max(eases, key=ndcg.__getitem__) + name
+        weights = item_item(fit, name, membership)
+        score = validation_ndcg(
+            lambda rows, w=weights: rows @ w, history, window.truth, window.weights
         )
+        ndcg[name] = float(round(score, 4))
         if best is None or ndcg[name] > best[0]:
             best = (ndcg[name], name, weights)
         del weights
@@ -175,40 +231,58 @@ def choose_model(split: Split, encoder: Encoder) -> Choice:
     _, model, weights = best
     sources = from_weights(weights, history_frame, encoder, model)
     del weights
-    tau, by_tau = choose_recency(sources, history_frame, encoder, users, truth)
-    tower = fit_sources(split.tower_train, encoder, model, tau)
+    tau, by_tau = choose_recency(sources, history_frame, encoder, window)
+    tower = fit_sources(split.tower_train, encoder, model, tau, membership)
     return Choice(model, tau, ndcg | by_tau, tower)
 
 
+def candidate_models(membership: np.ndarray | None) -> list[str]:
+    """The dense models tried, in order: EASE at each lambda, item-kNN, then
+    ("+category:<weight>") the best EASE mixed with category popularity,
+    where at least two categories have items."""
+    names = [*(f"ease:{lam:g}" for lam in EASE_LAMBDAS), "item_knn"]
+    if membership is not None and int((membership.sum(axis=0) > 0).sum()) >= 2:
+        names += [f"+category:{mix:g}" for mix in CATEGORY_MIXES]
+    return names
+
+
 def choose_recency(
-    sources: Sources,
-    history: pd.DataFrame,
-    encoder: Encoder,
-    users: list[str],
-    truth: list[np.ndarray],
+    sources: Sources, history: pd.DataFrame, encoder: Encoder, window: Window
 ) -> tuple[float, dict[str, float]]:
     """The seeds' recency weighting that ranks the window best, through the
     served form (each item's top neighbours, the last HISTORY seeds)."""
-    seeds = history_rows(history, encoder, users)
+    seeds = history_rows(history, encoder, window.users)
     discounts = 1 / np.log2(np.arange(2, 12))
     by_tau: dict[str, float] = {}
     for tau in RECENCY_TAUS:
         served = replace(sources, recency_tau=tau)
         total = 0.0
-        for i, wanted in enumerate(truth):
+        for i, wanted in enumerate(window.truth):
             top = served.user_scores(seeds[i]).pool(seeds[i], 10)
             hits = np.isin(top, wanted)
-            total += (hits * discounts[: len(hits)]).sum() / discounts[: min(10, len(wanted))].sum()
-        by_tau[f"{sources.model} tau:{tau:g}"] = round(total / max(1, len(truth)), 4)
+            gain = (hits * discounts[: len(hits)]).sum() / discounts[: min(10, len(wanted))].sum()
+            total += window.weights[i] * gain
+        by_tau[f"{sources.model} tau:{tau:g}"] = round(total / max(window.weights.sum(), 1e-12), 4)
     best = max(RECENCY_TAUS, key=lambda t: (by_tau[f"{sources.model} tau:{t:g}"], -t))
     return best, by_tau
 
 
-def item_item(matrix: np.ndarray, model: str) -> np.ndarray:
-    """The dense item-item weights of ``model`` from a users x items matrix."""
-    if model.startswith("ease:"):
-        return baselines.ease(matrix, float(model[5:]))
-    return baselines.item_knn(matrix)
+def item_item(matrix: np.ndarray, model: str, membership: np.ndarray | None = None) -> np.ndarray:
+    """The dense item-item weights of ``model`` from a users x items matrix:
+    ``ease:<lambda>``, ``item_knn``, or either ``+category:<weight>``, the
+    category popularity weights scaled to the first's norm times weight."""
+    base, _, mix = model.partition("+category:")
+    if base.startswith("ease:"):
+        weights = baselines.ease(matrix, float(base[5:]))
+    else:
+        weights = baselines.item_knn(matrix)
+    if mix:
+        if membership is None:
+            raise ValueError(f"{model} needs the items' categories")
+        category = baselines.category_popularity(matrix, membership)
+        scale = float(np.linalg.norm(weights)) / max(float(np.linalg.norm(category)), 1e-12)
+        weights += np.float32(float(mix) * scale) * category
+    return weights
 
 
 def from_weights(weights: np.ndarray, train: pd.DataFrame, encoder: Encoder, model: str) -> Sources:
@@ -226,12 +300,16 @@ def popular_rows(train: pd.DataFrame, encoder: Encoder) -> np.ndarray:
 
 
 def fit_sources(
-    train: pd.DataFrame, encoder: Encoder, model: str, recency_tau: float = 0.0
+    train: pd.DataFrame,
+    encoder: Encoder,
+    model: str,
+    recency_tau: float = 0.0,
+    membership: np.ndarray | None = None,
 ) -> Sources:
     """The sources from every interaction in ``train`` with the chosen model."""
     users = sorted(train["user_id"].unique())
     if sparse_baselines.dense_ok(encoder.spec.num_rows):
-        weights = item_item(baselines.interactions(train, encoder, users), model)
+        weights = item_item(baselines.interactions(train, encoder, users), model, membership)
         return replace(from_weights(weights, train, encoder, model), recency_tau=recency_tau)
     matrix = sparse_baselines.interactions(train, encoder, users)
     columns, values = sparse_knn_neighbours(matrix, kept_neighbours(matrix.shape[1]))

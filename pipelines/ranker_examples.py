@@ -150,15 +150,16 @@ def initial_blend(
     scale = float(model.retrieval_weight.detach())
     spread = float(neighbour_spread.std())
     unit = scale * float(retrieval_spread.std()) / spread if spread > 0 else 0.0
-    tried = {}
+    per_user = {}
     model.eval()
     with torch.no_grad():
         for r, a, c in BLENDS:
             model.retrieval_weight.fill_(r * scale)
             model.affinity_weight.fill_(a * scale)
             model.neighbour_weight.fill_(c * unit)
-            tried[(r, a, c)] = ndcg_at_10(logits(held), labels[held])
-        r, a, c = max(tried, key=lambda blend: (tried[blend], blend))
+            per_user[(r, a, c)] = ndcg_per_user(logits(held), labels[held])
+        tried = {blend: float(v.mean()) for blend, v in per_user.items()}
+        r, a, c = significant_best(per_user)
         model.retrieval_weight.fill_(r * scale)
         model.affinity_weight.fill_(a * scale)
         model.neighbour_weight.fill_(c * unit)
@@ -185,12 +186,41 @@ def seen_rows(frame: pd.DataFrame, encoder: Encoder) -> dict[str, set[int]]:
     }
 
 
+SIGNIFICANCE = 2.0  # standard errors a blend must win by to replace a single score
+
+
+Blend = tuple[float, float, float]  # retrieval, affinity, neighbour weights
+
+
+def significant_best(per_user: dict[Blend, torch.Tensor]) -> Blend:
+    """The blend with the best mean, unless it beats the best single score
+    (one weight non-zero: one source's own order) by less than SIGNIFICANCE
+    standard errors of their paired per-user difference: then that single
+    score. On a few hundred users the blends differ by noise, and the
+    simpler list is the one that holds on the test split."""
+    means = {blend: float(v.mean()) for blend, v in per_user.items()}
+    best = max(means, key=lambda blend: (means[blend], blend))
+    singles = [blend for blend in means if sum(w != 0 for w in blend) == 1]
+    if not singles or best in singles:
+        return best
+    single = max(singles, key=lambda blend: (means[blend], blend))
+    diff = per_user[best] - per_user[single]
+    error = float(diff.std()) / max(len(diff), 1) ** 0.5
+    return best if float(diff.mean()) > SIGNIFICANCE * error else single
+
+
 def ndcg_at_10(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Mean NDCG@10 of each row's candidates ranked by ``scores``."""
+    """Mean NDCG@10 of each row's candidates ranked by ``scores`` (rows
+    without a label left out)."""
+    return float(ndcg_per_user(scores, labels).mean())
+
+
+def ndcg_per_user(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Each labelled row's NDCG@10 of its candidates ranked by ``scores``."""
     top = torch.argsort(scores, dim=1, descending=True, stable=True)[:, :10]
     gains = torch.gather(labels, 1, top) / torch.log2(torch.arange(2, 12, dtype=torch.float32))
     ideal_hits = labels.sum(1).clamp(max=10).long()
     discounts = 1 / torch.log2(torch.arange(2, 12, dtype=torch.float32))
     ideal = torch.cumsum(discounts, 0)[(ideal_hits - 1).clamp(min=0)]
     has = ideal_hits > 0
-    return float((gains.sum(1)[has] / ideal[has]).mean())
+    return gains.sum(1)[has] / ideal[has]

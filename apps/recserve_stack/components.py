@@ -173,4 +173,42 @@ def stack_components(settings: StackSettings) -> list[Component]:
             after=("gateway", *(c.name for c in replicas)),
         ),
     ]
+    if settings.retrain_at:
+        components.append(retrain_component(settings))
     return components
+
+
+async def running() -> bool:
+    """Ready as soon as it runs: the schedule serves no port."""
+    return True
+
+
+def retrain_component(settings: StackSettings) -> Component:
+    """The nightly cycle (``retrain_schedule``), once the stack serves."""
+    return Component(
+        name="retrain",
+        argv=[
+            str(settings.python),
+            "-u",
+            "-m",
+            "recserve_stack",
+            "retrain",
+            "--every-day-at",
+            settings.retrain_at,
+            "--guardrail-baseline-rate",
+            str(settings.retrain_baseline_rate),
+            "--guardrail-min-drop",
+            str(settings.retrain_min_drop),
+        ],
+        ready=running,
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "RECSERVE_STACK_DATA_DIR": str(settings.data_dir),
+            "RECSERVE_STACK_HOST": settings.host,
+            "RECSERVE_STACK_ENVOY_PORT": str(settings.envoy_port),
+        },
+        cwd=ROOT,
+        address=f"every day at {settings.retrain_at} UTC",
+        after=("envoy",),
+    )

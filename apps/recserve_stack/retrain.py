@@ -37,6 +37,8 @@ from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve_cli import console as cli_console
 from recserve_kit.config import load_settings
 from recserve_model import artifacts
+from recserve_stack.retrain_schedule import every_day_at as every_day_at_time
+from recserve_stack.retrain_schedule import parse_daily
 from recserve_stack.rollout_cli import call, prepare_arms, until_ended
 from recserve_stack.settings import StackSettings
 
@@ -251,9 +253,29 @@ def retrain_command(
     steps: Annotated[str, typer.Option(help="Comma-separated percents; default 5,25,50,100.")] = "",
     soak_s: Annotated[float, typer.Option(min=0, help="Per step; 0: the ranker's.")] = 0,
     min_requests: Annotated[int, typer.Option(min=0, help="Per step; 0: the ranker's.")] = 0,
+    every_day_at: Annotated[
+        str, typer.Option(help="HH:MM[:SS] UTC: run a cycle every day then, until stopped.")
+    ] = "",
 ) -> None:
     """One unattended cycle: snapshot, build a candidate through the gate,
-    a guarded rollout to its end, a report beside the artifact."""
+    a guarded rollout to its end, a report beside the artifact; or, with
+    --every-day-at, one such cycle a day (retrain_schedule)."""
+    if every_day_at:
+        try:
+            parse_daily(every_day_at)
+        except ValueError as bad:
+            raise typer.BadParameter(str(bad), param_hint="--every-day-at") from None
+        options = {
+            "--guardrail-baseline-rate": guardrail_baseline_rate,
+            "--guardrail-min-drop": guardrail_min_drop,
+            "--guardrail-alpha": guardrail_alpha,
+            "--steps": steps,
+            "--soak-s": soak_s,
+            "--min-requests": min_requests,
+        }
+        cycle = [sys.executable, "-m", "recserve_stack", "retrain"]
+        every_day_at_time(every_day_at, cycle + [f"{k}={v}" for k, v in options.items()])
+        return
     plan = Plan(guardrail_baseline_rate, guardrail_min_drop, guardrail_alpha, soak_s=soak_s,
                 min_requests=min_requests)  # fmt: skip
     if steps:

@@ -40,7 +40,7 @@ def admin_channel(
 ) -> Iterator[tuple[grpc.Channel, list[tuple[str, str]]]]:
     """A channel to Envoy and the admin token's metadata."""
     settings = settings or load_settings(StackSettings)
-    token = (settings.data_dir / "auth" / "admin.token").read_text().strip()
+    token = settings.admin_token_path.read_text().strip()
     with grpc.insecure_channel(f"{settings.host}:{settings.envoy_port}") as channel:
         yield channel, [("authorization", f"Bearer {token}")]
 

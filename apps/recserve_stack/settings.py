@@ -16,6 +16,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from recserve_stack.retrain_schedule import DAILY_TIME
+
 ROOT = Path(__file__).resolve().parents[2]
 STANDBY_GATEWAY = "gateway-standby"  # the standby gateway's process and socket name
 STANDBY_MARK = "RECSERVE_STACK_GATEWAY_ROLE"  # in the standby's environment: "standby"
@@ -151,6 +153,34 @@ class StackSettings(BaseSettings):
         gt=0,
         description="After SIGTERM the components get this long, together, before SIGKILL.",
     )
+
+    admin_token_file: Path | None = Field(
+        None,
+        description="The admin token that `rollout`, `canary` and `retrain` send; unset: "
+        "<data_dir>/auth/admin.token (on Kubernetes, a Secret's mount).",
+    )
+    retrain_at: str = Field(
+        "",
+        pattern=f"^$|^{DAILY_TIME}$",
+        description="The local runner runs `recserve-stack retrain` every day at this time "
+        "(UTC, HH:MM or HH:MM:SS); empty: never.",
+    )
+    retrain_baseline_rate: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        description="The scheduled retrain's guardrail: the stable's conversion, about.",
+    )
+    retrain_min_drop: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="The scheduled retrain's guardrail: the relative drop it rules out.",
+    )
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.admin_token_file or self.data_dir / "auth" / "admin.token"
 
     @property
     def repository(self) -> Path:

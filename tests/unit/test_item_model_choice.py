@@ -1,0 +1,123 @@
+"""How the build chooses its item-to-item model: category popularity and
+its mixtures with EASE, and the window's users weighted to the served
+histories' lengths."""
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pipelines import baselines
+from pipelines.dataset import temporal_split
+from pipelines.item_neighbours import (
+    CATEGORY_MIXES,
+    candidate_models,
+    choose_model,
+    item_item,
+    length_weights,
+)
+from pipelines.ranker_examples import significant_best
+from recserve_model.encoding import Encoder, EncodingSpec
+
+
+def test_category_popularity_scores_a_historys_category_shares_times_popularity_within():
+    # Items 1, 2 in category A (bought by 3 and 1 users), 3, 4 in B (2 and 2); 5 in both.
+    membership = np.zeros((6, 2))
+    membership[[1, 2], 0] = 1.0
+    membership[[3, 4], 1] = 1.0
+    membership[5] = [0.5, 0.5]
+    matrix = np.zeros((4, 6), np.float32)
+    for user, items in enumerate([[1, 3], [1, 4], [1, 2, 3], [4]]):
+        matrix[user, items] = 1.0
+    weights = baselines.category_popularity(matrix, membership)
+    assert np.all(np.diag(weights) == 0)
+    # A's interactions: item 1 three, item 2 one: shares 3/4 and 1/4.
+    np.testing.assert_allclose(weights[2, [1, 3, 4]], [0.75, 0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(weights[1, 2], 0.25, atol=1e-6)
+    # An item in both categories speaks half for each.
+    np.testing.assert_allclose(weights[5, [1, 3]], [0.375, 0.25], atol=1e-6)
+    history = np.array([0, 0, 0, 1, 0, 0], np.float32)  # one B item
+    assert np.argmax(history @ weights) == 4  # the other B item, never an A one
+    assert (history @ weights)[[1, 2]].tolist() == [0.0, 0.0]
+
+
+def test_category_membership_normalises_the_multi_hot_columns():
+    features = np.array([[9, 0, 0], [9, 1, 1], [9, 1, 0]], np.float32)
+    membership = baselines.category_membership(features, 1, 3)
+    np.testing.assert_allclose(membership, [[0, 0], [0.5, 0.5], [1, 0]])
+
+
+def test_the_window_counts_its_users_as_the_served_users_of_their_length():
+    served = np.array([20] * 50 + [200] * 50)  # half short, half long when served
+    window = np.array([20] * 90 + [200] * 10)  # ten items shorter: mostly short in the window
+    weights = length_weights(window, served)
+    assert weights[90:].sum() > 0
+    np.testing.assert_allclose(weights[:90].sum(), weights[90:].sum())  # each length half
+    # A length no served user has counts nothing; nothing comparable: all alike.
+    assert length_weights(np.array([3, 20]), np.array([20, 20]))[0] == 0
+    assert length_weights(np.array([3, 4]), np.array([2000])).tolist() == [1.0, 1.0]
+
+
+def test_mixtures_add_category_popularity_to_ease_at_its_norm():
+    rng = np.random.default_rng(1)
+    matrix = (rng.random((30, 9)) < 0.4).astype(np.float32)
+    matrix[:, 0] = 0
+    membership = np.zeros((9, 2))
+    membership[1:5, 0] = 1.0
+    membership[5:, 1] = 1.0
+    ease = baselines.ease(matrix, 10.0)
+    category = baselines.category_popularity(matrix, membership)
+    mixed = item_item(matrix, "ease:10+category:2", membership)
+    scale = np.linalg.norm(ease) / np.linalg.norm(category)
+    np.testing.assert_allclose(mixed, ease + 2 * scale * category, rtol=1e-5, atol=1e-6)
+    assert candidate_models(None)[-1] == "item_knn"
+    assert candidate_models(membership)[-len(CATEGORY_MIXES) :] == [
+        f"+category:{mix:g}" for mix in CATEGORY_MIXES
+    ]
+    assert not any("+" in name for name in candidate_models(membership[:, :1]))  # one category
+
+
+def test_a_shop_whose_shoppers_keep_to_categories_is_served_the_mixture():
+    """Few items per shopper, each in one of two categories: co-occurrences
+    are too sparse for EASE alone, the category's popular items carry it."""
+    rng = np.random.default_rng(5)
+    rows = []
+    popularity = 1.0 / np.arange(1, 41) ** 1.1
+    for u in range(200):
+        category = u % 2
+        picks = rng.choice(40, size=24, replace=False, p=popularity / popularity.sum())
+        rows += [(f"u{u}", f"i{1 + p + 40 * category}", t) for t, p in enumerate(picks)]
+    frame = pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
+    encoder = Encoder(EncodingSpec([f"i{n}" for n in range(1, 81)], ["a", "b"], [], 8))
+    membership = np.zeros((81, 2))
+    membership[1:41, 0] = 1.0
+    membership[41:, 1] = 1.0
+    choice = choose_model(temporal_split(frame), encoder, membership)
+    mixtures = {k for k in choice.validation_ndcg if "+category:" in k and " " not in k}
+    assert len(mixtures) == len(CATEGORY_MIXES)
+    assert "+category:" in choice.model
+    assert choice.ease_lambda in (100.0, 300.0, 1000.0)  # the gate's EASE stays plain EASE
+    table = choice.tower_period
+    kept = table.neighbours[3][table.weights[3] > 0]
+    assert len(kept) and (kept <= 40).all()  # a category-A item's neighbours stay in A
+
+
+def test_a_blend_replaces_the_best_single_score_only_when_it_wins_beyond_noise():
+    rng = np.random.default_rng(2)
+    single = torch.from_numpy(rng.random(400))
+    noise = torch.from_numpy(rng.normal(0, 0.2, 400))
+    noise -= noise.mean()
+    per_user = {
+        (0.0, 0.0, 1.0): single,
+        (1.0, 0.0, 0.0): single - 0.2,
+        (1.0, 10.0, 1.0): single + 0.005 + noise,  # best mean, within noise
+    }
+    assert per_user[(1.0, 10.0, 1.0)].mean() > single.mean()
+    assert significant_best(per_user) == (0.0, 0.0, 1.0)
+    per_user[(1.0, 10.0, 1.0)] = single + 0.05 + noise  # beyond two standard errors
+    assert significant_best(per_user) == (1.0, 10.0, 1.0)
+    # Without a single score to fall back to, the best mean.
+    assert significant_best({(1.0, 1.0, 0.0): single, (1.0, 3.0, 0.0): single + 0.001}) == (
+        1.0,
+        3.0,
+        0.0,
+    )
