@@ -19,6 +19,7 @@ import grpc
 
 from pipelines.dataset import artifact_dataset
 from pipelines.evaluate import CUTOFFS, evaluate_artifact, metrics_at
+from pipelines.gate import BASELINES
 from pipelines.rescore.validate import movielens_split
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
@@ -76,7 +77,8 @@ def compare(
     degraded = sum(1 for reply in answers.values() if reply.degraded)
     served = {reply.model_version for reply in answers.values() if reply.model_version}
     artifact = artifacts.current(data_dir)
-    offline = evaluate_artifact(artifact, data_dir / "raw", set(users), dataset_dir)["ranked"]
+    evaluated = evaluate_artifact(artifact, data_dir / "raw", set(users), dataset_dir)
+    offline = evaluated["ranked"]
     live = live_metrics(answers, truth)
     return {
         "artifact": artifact.name,
@@ -85,6 +87,8 @@ def compare(
         "degraded_answers": degraded,
         "offline": offline,
         "live": live,
+        # The baselines the gate holds the served list to, offline, on the same users.
+        "baselines": {name: evaluated[name] for name in BASELINES if name in evaluated},
         "relative_difference": {
             k: (live[k] - offline[k]) / offline[k] if offline[k] else 0.0 for k in offline
         },

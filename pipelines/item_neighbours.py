@@ -215,18 +215,26 @@ def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None =
     history = fit[[index[u] for u in window.users]]
     ndcg: dict[str, float] = {}
     best: tuple[float, str, np.ndarray] | None = None
+    best_ease: tuple[float, str, np.ndarray] | None = None  # the mixtures' base, solved once
     for name in candidate_models(membership):
         if name.startswith("+"):  # a mixture with the best EASE
-            eases = [k for k in ndcg if k.startswith("ease:") and "+" not in k]
-            name = max(eases, key=ndcg.__getitem__) + name
-        weights = item_item(fit, name, membership)
+            assert best_ease is not None
+            _, base, ease_weights = best_ease
+            name = base + name
+            weights = with_category(ease_weights.copy(), fit, name, membership)
+        else:
+            weights = item_item(fit, name, membership)
         score = validation_ndcg(
             lambda rows, w=weights: rows @ w, history, window.truth, window.weights
         )
         ndcg[name] = float(round(score, 4))
         if best is None or ndcg[name] > best[0]:
             best = (ndcg[name], name, weights)
+        is_ease = name.startswith("ease:") and "+" not in name
+        if is_ease and (best_ease is None or ndcg[name] > best_ease[0]):
+            best_ease = (ndcg[name], name, weights)
         del weights
+    del best_ease
     assert best is not None
     _, model, weights = best
     sources = from_weights(weights, history_frame, encoder, model)
@@ -271,17 +279,27 @@ def item_item(matrix: np.ndarray, model: str, membership: np.ndarray | None = No
     """The dense item-item weights of ``model`` from a users x items matrix:
     ``ease:<lambda>``, ``item_knn``, or either ``+category:<weight>``, the
     category popularity weights scaled to the first's norm times weight."""
-    base, _, mix = model.partition("+category:")
+    base = model.partition("+category:")[0]
     if base.startswith("ease:"):
         weights = baselines.ease(matrix, float(base[5:]))
     else:
         weights = baselines.item_knn(matrix)
-    if mix:
-        if membership is None:
-            raise ValueError(f"{model} needs the items' categories")
-        category = baselines.category_popularity(matrix, membership)
-        scale = float(np.linalg.norm(weights)) / max(float(np.linalg.norm(category)), 1e-12)
-        weights += np.float32(float(mix) * scale) * category
+    return with_category(weights, matrix, model, membership)
+
+
+def with_category(
+    weights: np.ndarray, matrix: np.ndarray, model: str, membership: np.ndarray | None
+) -> np.ndarray:
+    """``weights`` (the base model's, changed in place) plus, for a
+    ``+category:<weight>`` model, category popularity scaled to their norm."""
+    mix = model.partition("+category:")[2]
+    if not mix:
+        return weights
+    if membership is None:
+        raise ValueError(f"{model} needs the items' categories")
+    category = baselines.category_popularity(matrix, membership)
+    scale = float(np.linalg.norm(weights)) / max(float(np.linalg.norm(category)), 1e-12)
+    weights += np.float32(float(mix) * scale) * category
     return weights
 
 

@@ -6,17 +6,18 @@ current model and says why) -> a rollout judged by the outcome guardrail ->
 promoted or rolled back, by the judge -> a report beside the artifact
 (`retrain.json`). The pipelines run as processes (the runner imports none).
 
-Safe to run twice at once (the second is refused: a lock file names the
-running one's pid; a lock whose process is gone is taken over, and said
-so), after a crash (a half-written snapshot is a hidden temp directory,
-removed by the next run; a build is published whole or not at all; a
-rollout the crashed cycle started goes on in the ranker, and the next run
-waits for it instead of starting another), and with no new data (it says
-so and builds nothing).
+Safe to run twice at once (the second is refused: the kernel's lock on a
+file that names the running one's pid, let go of when its process ends; a
+dead one's is taken over, and said so), after a crash (a half-written
+snapshot is a hidden temp directory, removed by the next run; a build is
+published whole or not at all; a rollout the crashed cycle started goes on
+in the ranker, and the next run waits for it instead of starting
+another), and with no new data (it says so and builds nothing).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -74,43 +75,35 @@ class Report:
     rollout: dict[str, Any] = field(default_factory=dict)  # the judge's decisions
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @contextmanager
 def one_at_a_time(data_dir: Path) -> Iterator[str]:
-    """Holds the cycle's lock; yields a note when a dead cycle's was taken over."""
+    """Holds the cycle's lock; yields a note when a dead cycle's was taken over.
+
+    The lock is the kernel's (``flock``) on a file that names the holder's
+    pid: a cycle that dies, however, lets go of it with its process. A pid
+    alone would not do where a cycle runs as a pod's pid 1: the next pod's
+    pid 1 would find "its own" pid alive and be refused forever."""
     path = data_dir.joinpath(*LOCK)
     path.parent.mkdir(parents=True, exist_ok=True)
-    note = ""
-    for _ in range(2):
-        try:
-            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            break
-        except FileExistsError:
-            text = path.read_text().strip()
-            holder = int(text) if text.isdigit() else 0
-            if holder and pid_alive(holder):
-                raise RetrainRefused(
-                    f"a retrain is running (pid {holder}, {path}); this one does nothing"
-                ) from None
-            path.unlink(missing_ok=True)
-            note = f"took over the lock of pid {holder or '?'}, which is gone"
-    else:
-        raise RetrainRefused(f"{path}: could not take the lock")
-    os.write(descriptor, str(os.getpid()).encode())
-    os.close(descriptor)
+    descriptor = os.open(path, os.O_CREAT | os.O_RDWR)
     try:
-        yield note
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = path.read_text().strip() or "?"
+            raise RetrainRefused(
+                f"a retrain is running (pid {holder}, {path}); this one does nothing"
+            ) from None
+        left = os.read(descriptor, 64).decode(errors="replace").strip()
+        note = f"took over the lock of pid {left}, which is gone" if left else ""
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, str(os.getpid()).encode(), 0)
+        try:
+            yield note
+        finally:
+            os.ftruncate(descriptor, 0)  # empty: nobody holds it
     finally:
-        path.unlink(missing_ok=True)
+        os.close(descriptor)  # lets go of the lock
 
 
 def pipelines(*args: str) -> subprocess.CompletedProcess[str]:

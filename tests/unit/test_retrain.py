@@ -1,10 +1,12 @@
 """The unattended cycle's own logic (recserve_stack.retrain): one cycle at a
-time, a dead cycle's lock taken over, and "nothing new" judged against
+time, a dead cycle's lock taken over (also where its pid lives on), and "nothing new" judged against
 what the current artifact was built from. The whole cycle on the real
 stack: tests/delivery/test_retrain_cycle.py."""
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -19,10 +21,44 @@ def test_one_cycle_at_a_time_and_a_dead_ones_lock_is_taken_over(tmp_path):
         refused = pytest.raises(RetrainRefused, match=f"a retrain is running \\(pid {os.getpid()}")
         with refused, one_at_a_time(tmp_path):
             pass
-    assert not (tmp_path / "retrain" / "LOCK").exists()
+    assert (tmp_path / "retrain" / "LOCK").read_text() == ""  # held by nobody
     (tmp_path / "retrain" / "LOCK").write_text("999999999")  # no such process
     with one_at_a_time(tmp_path) as note:
         assert note == "took over the lock of pid 999999999, which is gone"
+
+
+def test_a_lock_naming_a_live_pid_but_held_by_nobody_is_taken(tmp_path):
+    """A pod's cycle runs as pid 1: after the pod is killed mid-cycle, the
+    next pod's pid 1 is alive, yet nothing holds the lock any more."""
+    (tmp_path / "retrain").mkdir()
+    (tmp_path / "retrain" / "LOCK").write_text(str(os.getpid()))
+    with one_at_a_time(tmp_path) as note:
+        assert note == f"took over the lock of pid {os.getpid()}, which is gone"
+
+
+def test_a_cycle_killed_mid_way_lets_go_of_the_lock(tmp_path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; "
+            "from recserve_stack.retrain import one_at_a_time\n"
+            "with one_at_a_time(Path(sys.argv[1])):\n"
+            "    print('held', flush=True); time.sleep(60)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RetrainRefused, match=f"pid {holder.pid}"), one_at_a_time(tmp_path):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with one_at_a_time(tmp_path) as note:
+        assert note == f"took over the lock of pid {holder.pid}, which is gone"
 
 
 def dataset(directory, events: int, changes: int):
