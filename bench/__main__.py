@@ -14,6 +14,7 @@ COMMANDS: dict[str, str] = {
     "answers": "bench.commands.quality.answers:answers",
     "quality": "bench.commands.quality.quality:quality",
     "baselines": "bench.commands.quality.baselines:baselines_command",
+    "learning-curve": "bench.commands.quality.learning_curve:learning_curve",
     "cold-start": "bench.commands.quality.cold_start:cold_start",
     "simulate": "bench.commands.quality.simulate:simulate",
     "features": "bench.commands.components.features:features",

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pandas as pd
 
 from pipelines import baselines, item_neighbours, sparse_baselines
-from pipelines.dataset import Split, recent_items
+from pipelines.dataset import MovieLens, Split, recent_items
 from pipelines.inputs import Inputs
 from pipelines.ranker_examples import seen_rows
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
@@ -156,10 +156,12 @@ def evaluate(
     only_users: set[str] | None = None,
     inactive: Collection[str] = (),
     ease_lambda: float = baselines.EASE_LAMBDA,
+    with_baselines: bool = True,
 ) -> dict[str, dict[str, float]]:
     """Mean metrics over every held-out user, or over ``only_users`` of them;
     ``inactive`` items are never recommended, as in serving. Ranked lists
-    rank what the retriever serves (``served_candidates``)."""
+    rank what the retriever serves (``served_candidates``). Without
+    baselines: the models' own lists alone (another artifact's, compared)."""
     encoder, train = inputs.encoder, split.train
     recent = recent_items(train)
     seen = seen_rows(train, encoder)
@@ -175,7 +177,7 @@ def evaluate(
     sources = Sources.load(artifact)
     seeds = item_neighbours.history_rows(train, encoder, users)
     popularity_order = np.argsort(-inputs.popularity, kind="stable")
-    neighbours = BaselineScores(train, encoder, users, ease_lambda)
+    neighbours = BaselineScores(train, encoder, users, ease_lambda) if with_baselines else None
     totals: dict[str, dict[str, float]] = {}
 
     def add(name: str, ranked: np.ndarray, user: str) -> None:
@@ -190,10 +192,11 @@ def evaluate(
         blocked = never.copy()
         own = np.fromiter(seen.get(user, ()), dtype=np.int64)
         blocked[own] = True
-        add("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)], user)
-        for name, baseline in neighbours.of(i).items():
-            baseline[blocked] = -np.inf
-            add(name, sparse_baselines.top(baseline, max(CUTOFFS)), user)
+        if neighbours is not None:
+            add("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)], user)
+            for name, baseline in neighbours.of(i).items():
+                baseline[blocked] = -np.inf
+                add(name, sparse_baselines.top(baseline, max(CUTOFFS)), user)
         scores = vectors @ u_vecs[i]
         scores[blocked] = -np.inf
         retrieved = sparse_baselines.top(scores, RERANK_DEPTH)
@@ -217,11 +220,28 @@ def evaluate_artifact(
     """The same evaluation, of a built artifact (its ONNX files and vectors),
     on the demo dataset or ``dataset_dir`` (the one it was built from)."""
     from pipelines import dataset
-    from pipelines.inputs import encode_inputs
-    from recserve_model.encoding import EncodingSpec
 
     data = dataset.load_movielens(raw_dir, dataset_dir)
     split = dataset.temporal_split(data.interactions)
+    return evaluate_artifact_on(artifact, data, split, only_users)
+
+
+def evaluate_artifact_on(
+    artifact: Path,
+    data: MovieLens,
+    split: Split,
+    only_users: set[str] | None = None,
+    with_baselines: bool = True,
+) -> dict[str, dict[str, float]]:
+    """A built artifact's evaluation on ``split`` of ``data``, which may be
+    another build's: items the artifact never saw are out of its
+    vocabulary, so they count as its misses (serving could still embed an
+    upserted one), and users it never saw are embedded from their features
+    and history, as it would serve them."""
+    from pipelines import dataset
+    from pipelines.inputs import encode_inputs
+    from recserve_model.encoding import EncodingSpec
+
     spec = EncodingSpec.load(artifact / "encoding.json")
     inputs = encode_inputs(spec, dataset.feature_tables(data, split.train))
     table = pd.read_parquet(artifact / "item_vectors.parquet")
@@ -230,7 +250,9 @@ def evaluate_artifact(
     models = {
         name: artifact / name / "model.onnx" for name in ("user_tower", "ranker", "ranker_int8")
     }
-    return evaluate(split, inputs, vectors, models, only_users, data.inactive)
+    return evaluate(
+        split, inputs, vectors, models, only_users, data.inactive, with_baselines=with_baselines
+    )
 
 
 def as_table(metrics: dict[str, dict[str, float]]) -> pd.DataFrame:

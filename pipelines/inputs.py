@@ -57,7 +57,9 @@ def encode_inputs(spec: EncodingSpec, tables: dict[str, pd.DataFrame]) -> Inputs
     popularity = np.zeros(spec.num_rows, dtype=np.float64)
     texts = attribute_features.texts_from_json
     for row in items.itertuples():
-        r = encoder.row_of[row.item_id]
+        r = encoder.row_of.get(row.item_id)
+        if r is None:  # not in this encoding (another build's data): out of vocabulary
+            continue
         item_features[r] = encoder.item(
             row.year, row.popularity, row.mean_rating, row.genres, texts(row.attributes)
         )

@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from pipelines import evaluate
 from pipelines.__main__ import app
-from pipelines.build import QualityGateError, build
-from pipelines.dataset import NEEDS
+from pipelines.build import CURRENT_MODEL, QualityGateError, build
+from pipelines.dataset import NEEDS, read_dataset, temporal_split
 from pipelines.shop import ShopSize, write_shop
 from pipelines.snapshot import RECORD, snapshot
 from recserve_data import load, validate
@@ -112,3 +113,34 @@ def test_the_new_shopper_and_product_are_in_the_model_built_from_it(living):
     assert stats.loc["p-new", "popularity"] > 0  # trained on its purchases
     listed = pd.read_parquet(directory / "item_vectors.parquet").set_index("item_id")
     assert listed.loc["p-new", "active"] and not listed.loc["p-ghost", "active"]
+
+
+def test_a_candidate_is_scored_beside_the_current_model_on_its_own_split(living, tmp_path):
+    """After a retrain every baseline moves with the new events, so the
+    build scores the served artifact on the candidate's own held-out split
+    too, with the same evaluation as its own build's."""
+    export, _, snap, _ = living
+    data_dir = tmp_path / "data"
+    base = build(data_dir, dataset_dir=export, over_the_gate=True)
+    assert CURRENT_MODEL not in base.metrics  # nothing was served before it
+    data = read_dataset(export)[1]
+    own_split = evaluate.evaluate_artifact_on(
+        base.directory, data, temporal_split(data.interactions), with_baselines=False
+    )
+    assert own_split["ranked"] == pytest.approx(base.metrics["ranked"])
+    try:
+        metrics = build(data_dir, dataset_dir=snap, candidate=True).metrics
+    except QualityGateError as refused:
+        metrics = refused.metrics
+    (directory,) = (
+        p
+        for p in artifacts.artifacts_root(data_dir).iterdir()
+        if p.is_dir() and p != base.directory
+    )
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["compared_with"] == base.version
+    assert manifest["metrics"][CURRENT_MODEL] == metrics[CURRENT_MODEL]
+    assert set(metrics[CURRENT_MODEL]) == set(metrics["ranked"])
+    assert 0 < metrics[CURRENT_MODEL]["ndcg@10"] < 1
+    # Scored on the candidate's users (a newcomer among them), not its own.
+    assert metrics[CURRENT_MODEL] != pytest.approx(base.metrics["ranked"])
