@@ -23,6 +23,7 @@ from rich.progress import Progress
 
 from pipelines import (
     baselines,
+    compare,
     dataset,
     evaluate,
     export,
@@ -63,6 +64,7 @@ MODEL_SOURCES = [
     ROOT / "pipelines" / "sparse_baselines.py",
     ROOT / "pipelines" / "item_neighbours.py",  # the candidate sources
     ROOT / "pipelines" / "evaluate.py",  # the gate's figures
+    ROOT / "pipelines" / "compare.py",  # the served model's figures beside them
     ROOT / "libs" / "recserve_model" / "sources.py",
     ROOT / "pipelines" / "onboarding_model.py",  # new users' lists
     ROOT / "libs" / "recserve_model" / "segments.py",
@@ -73,7 +75,8 @@ MODEL_SOURCES = [
     ROOT / "libs" / "recserve_data" / "columns.py",  # how the tables' values are typed
 ]
 POPULAR_PER_LIST = 100
-__all__ = ["QualityGateError", "build", "quality_gate"]
+CURRENT_MODEL = compare.CURRENT_MODEL
+__all__ = ["CURRENT_MODEL", "QualityGateError", "build", "quality_gate"]
 
 
 @dataclass
@@ -281,39 +284,6 @@ def training_data(
     return logged_events.with_logged(data, logged), len(logged.rows)
 
 
-CURRENT_MODEL = "current_model"  # the metrics' entry of the served artifact's list
-
-
-def current_version(data_dir: Path) -> str:
-    pointer = artifacts.artifacts_root(data_dir) / "CURRENT"
-    return pointer.read_text().strip() if pointer.exists() else ""
-
-
-def current_on_this_split(
-    data_dir: Path, version: str, data: dataset.MovieLens, split: dataset.Split, console: Console
-) -> dict[str, dict[str, float]]:
-    """The served artifact's list scored on this build's held-out split,
-    beside the new one's (``CURRENT_MODEL``): after a retrain every
-    baseline moves with the new events, so only the same split says
-    whether the new model is better. Empty where nothing else is served."""
-    current = current_version(data_dir)
-    directory = artifacts.artifacts_root(data_dir) / current
-    if not current or current == version or not (directory / "manifest.json").exists():
-        return {}
-    try:
-        with Steps(console)(f"the current model ({current}) on this split"):
-            figures = evaluate.evaluate_artifact_on(directory, data, split, with_baselines=False)
-    except (OSError, KeyError, ValueError) as failed:  # a comparison never stops a build
-        console.print(f"[yellow]the current model {current} could not be scored: {failed}[/]")
-        return {}
-    ranked = figures["ranked"]
-    console.print(
-        f"on this split, ndcg@10: the current model {current} {ranked['ndcg@10']:.4f}",
-        highlight=False,
-    )
-    return {CURRENT_MODEL: ranked}
-
-
 def default_dataset(data_dir: Path) -> Path:
     """What a build without ``--dataset`` learns from: the dataset of the
     data dir's current artifact (a shop's data dir retrains the shop, never
@@ -388,8 +358,8 @@ def build(
         staging.mkdir(parents=True)
         split = dataset.temporal_split(data.interactions)
         metrics = train_and_export(staging, data, split, config, console)
-        compared = current_on_this_split(data_dir, version, data, split, console)
-        metrics |= compared
+        compared = compare.current_on_this_split(data_dir, version, data, split, console)
+        metrics |= compared[1]
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
         user_vectors.write_user_vectors(staging, version)
         artifacts.write_manifest(
@@ -402,7 +372,7 @@ def build(
                 "logged_events": logged,
                 "training_config": config.as_dict(),
                 "metrics": metrics,
-                "compared_with": current_version(data_dir) if compared else "",
+                "compared_with": compared[0],
             },
         )
         staging.rename(directory)

@@ -148,6 +148,19 @@ def served_candidates(
     return rows, source_features(user_scores.of(rows), bits), alone[~blocked[alone]][: max(CUTOFFS)]
 
 
+def baseline_lists(
+    neighbours: BaselineScores | None, i: int, blocked: np.ndarray, popularity_order: np.ndarray
+) -> list[tuple[str, np.ndarray]]:
+    """User ``i``'s list of each baseline, ``blocked`` rows left out (none without baselines)."""
+    if neighbours is None:
+        return []
+    lists = [("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)])]
+    for name, baseline in neighbours.of(i).items():
+        baseline[blocked] = -np.inf
+        lists.append((name, sparse_baselines.top(baseline, max(CUTOFFS))))
+    return lists
+
+
 def evaluate(
     split: Split,
     inputs: Inputs,
@@ -192,11 +205,8 @@ def evaluate(
         blocked = never.copy()
         own = np.fromiter(seen.get(user, ()), dtype=np.int64)
         blocked[own] = True
-        if neighbours is not None:
-            add("popularity", popularity_order[~blocked[popularity_order]][: max(CUTOFFS)], user)
-            for name, baseline in neighbours.of(i).items():
-                baseline[blocked] = -np.inf
-                add(name, sparse_baselines.top(baseline, max(CUTOFFS)), user)
+        for name, ranked in baseline_lists(neighbours, i, blocked, popularity_order):
+            add(name, ranked, user)
         scores = vectors @ u_vecs[i]
         scores[blocked] = -np.inf
         retrieved = sparse_baselines.top(scores, RERANK_DEPTH)
