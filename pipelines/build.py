@@ -36,6 +36,7 @@ from pipelines import (
 )
 from pipelines.gate import QualityGateError, pass_the_gate, quality_gate
 from pipelines.inputs import Inputs, build_spec, encode_inputs
+from pipelines.item_neighbours import with_repeats
 from pipelines.models import Int8Ranker, Ranker, TwoTower
 from pipelines.steps import Steps
 from pipelines.train import (
@@ -49,11 +50,13 @@ from recserve_cli import console as cli_console
 from recserve_delivery import state as rollout_state
 from recserve_model import artifacts
 from recserve_model import segments as segment
-from recserve_model.encoding import CATEGORY_OFFSET, EncodingSpec
+from recserve_model.encoding import CATEGORY_OFFSET, Encoder, EncodingSpec
+from recserve_model.sources import Sources
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_SOURCES = [
     ROOT / "pipelines" / "dataset.py",
+    ROOT / "pipelines" / "learned.py",  # what the models learn from the events
     ROOT / "pipelines" / "models.py",
     ROOT / "pipelines" / "train.py",
     ROOT / "pipelines" / "ranker_examples.py",
@@ -200,6 +203,21 @@ def export_models(
     }
 
 
+def served_sources(
+    train: pd.DataFrame,
+    encoder: Encoder,
+    choice: item_neighbours.Choice,
+    membership: np.ndarray,
+    repeat: bool,
+) -> Sources:
+    """The candidate sources served: the chosen item-item model refit on
+    the whole training period, with the repeat rates where items are bought again."""
+    refit = item_neighbours.fit_sources(
+        train, encoder, choice.model, choice.recency_tau, membership
+    )
+    return with_repeats(refit, train, encoder, repeat)
+
+
 def train_and_export(
     out: Path, data: dataset.MovieLens, split: dataset.Split, config: TrainConfig, console: Console
 ) -> dict[str, dict[str, float]]:
@@ -229,7 +247,7 @@ def train_and_export(
                 item_vectors(tower, inputs_then),
                 config,
                 progress,
-                choice.tower_period,
+                with_repeats(choice.tower_period, split.tower_train, inputs.encoder, data.repeat),
             )
     ranker_training["item_to_item"] = choice.report()
     # Served: the affinity and the sources refit on everything before the
@@ -237,9 +255,7 @@ def train_and_export(
     # the tower period).
     with steps("affinity and sources refit"):
         set_affinity(ranker, split.train, inputs.encoder)
-        item_neighbours.fit_sources(
-            split.train, inputs.encoder, choice.model, choice.recency_tau, membership
-        ).save(out)
+        served_sources(split.train, inputs.encoder, choice, membership, data.repeat).save(out)
     vectors = item_vectors(tower, inputs)
     spec.save(out / "encoding.json")
     ranker.affinity.user_affinity().save(out)  # the user side, computed by callers
@@ -253,8 +269,9 @@ def train_and_export(
         f"ranker: kept epoch {ranker_training['kept_epoch']} (held-out users' NDCG@10 "
         f"by epoch: {ranker_training['held_out_ndcg@10_by_epoch']})"
     )
+    lam, repeat = choice.ease_lambda, data.repeat
     metrics = evaluate.evaluate(
-        split, inputs, vectors, paths, inactive=data.inactive, ease_lambda=choice.ease_lambda
+        split, inputs, vectors, paths, inactive=data.inactive, ease_lambda=lam, repeat=repeat
     )
     steps.stop()
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))

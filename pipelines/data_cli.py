@@ -107,12 +107,16 @@ def generate_shop(
     events: Annotated[int, typer.Option(min=100, help="Events of all types, about.")] = 2_000_000,
     name: Annotated[str, typer.Option(help="The dataset's name (artifact versions).")] = "shop",
     seed: int = 7,
+    repeat: Annotated[
+        bool, typer.Option(help="Shoppers buy their staples again (manifest repeat: true).")
+    ] = False,
 ) -> None:
     """A generated marketplace in the contract (pipelines/shop.py), then validated."""
     from pipelines.shop import ShopSize, write_shop
 
     console = cli_console()
-    written = write_shop(out, ShopSize(items, users, events), seed, name)
+    size = ShopSize(items, users, events, repeat=repeat)
+    written = write_shop(out, size, seed, name)
     report, _ = inspect(written, dataset.NEEDS)
     print_report(report, console)
     if report.failed:

@@ -25,8 +25,9 @@ import numpy as np
 import pandas as pd
 
 from pipelines import movielens
+from pipelines.learned import LEARNED_ROLES, learned_interactions
 from pipelines.sparse_baselines import DENSE_ITEMS, SCORED_USERS
-from recserve_data import Column, ColumnType, Dataset, InvalidDataset, Needs, Report, Role, inspect
+from recserve_data import Column, ColumnType, Dataset, InvalidDataset, Needs, Report, inspect
 from recserve_feast.activity import RECENT_ITEMS, SEEN_ITEMS
 from recserve_model import attribute_features
 from recserve_model.catalogue import CatalogueSchema, EventKind
@@ -50,7 +51,6 @@ def working_set(users: int, items: int, interactions: int) -> int:
     return blocks + items * 64 * 4 * 8 + interactions * 200 + users * 4_096
 
 
-LEARNED_ROLES = (Role.POSITIVE, Role.RATING)  # the events the models learn from
 # One tower-period interaction at least, before the ranker's window and the holdout.
 NEEDS = Needs(
     min_user_interactions=HOLDOUT + RANKER_WINDOW + 1,
@@ -90,6 +90,10 @@ class MovieLens:
     # kind (the ``attributes`` columns of items and users hold their values).
     item_learned: dict[str, str] = field(default_factory=dict)
     user_learned: dict[str, str] = field(default_factory=dict)
+    # Items are bought again (the manifest's ``repeat``): the interactions
+    # hold each consumption, a user's own items are candidates, and the
+    # evaluation counts a held-out repeat as a hit (``pipelines.protocols``).
+    repeat: bool = False
 
 
 def catalogue_of(data: Dataset) -> tuple[CatalogueSchema, dict[str, dict[str, object]]]:
@@ -179,39 +183,6 @@ def shape_problems(data: Dataset) -> list[str]:
     return problems
 
 
-def learned_interactions(data: Dataset) -> pd.DataFrame:
-    """user_id, item_id, rating, timestamp: the positive and rating events
-    (exposures and negatives are not learned from yet). ``rating`` is a
-    rating's value, or 0 for a positive event: an implicit interaction, as
-    the features service counts one online (in the count and the recent
-    items, not in the mean rating). A user and item with several events are
-    one interaction, at the first, with the largest value. Event weights are
-    not used by the models yet."""
-    events = data.interactions
-    kinds = data.manifest.interactions.event_types
-    learned = {n: e for n, e in kinds.items() if e.role in LEARNED_ROLES}
-    events = events[events["event_type"].isin(list(learned))]
-    value = np.zeros(len(events), dtype=np.float32)
-    types = events["event_type"].to_numpy()
-    for name, kind in learned.items():
-        mask = types == name
-        if kind.role is Role.RATING:
-            value[mask] = events[kind.value_column].to_numpy(dtype=np.float32)[mask]
-    frame = pd.DataFrame(
-        {
-            "user_id": events["user_id"].to_numpy(),
-            "item_id": events["item_id"].to_numpy(),
-            "rating": value,
-            "timestamp": events["timestamp"].to_numpy(dtype=np.int64),
-        }
-    )
-    if not frame.duplicated(["user_id", "item_id"]).any():
-        return frame
-    pairs = frame.groupby(["user_id", "item_id"], sort=False, as_index=False)
-    merged = pairs.agg(rating=("rating", "max"), timestamp=("timestamp", "min"))
-    return merged.astype({"rating": np.float32, "timestamp": np.int64})
-
-
 def movielens_frames(data: Dataset) -> MovieLens:
     """The frames the build trains on, from any dataset it takes: the learned
     interactions of users with enough of them for the split; items with
@@ -263,6 +234,7 @@ def movielens_frames(data: Dataset) -> MovieLens:
         user_attributes=attributes,
         item_learned=item_learned,
         user_learned=user_learned,
+        repeat=manifest.interactions.repeat,
     )
 
 
@@ -346,9 +318,10 @@ def temporal_split(
 
 
 def recent_items(train: pd.DataFrame, n: int = RECENT_ITEMS) -> pd.Series:
-    """Each user's last n training items, most recent first."""
+    """Each user's last n distinct training items, most recent first (an
+    item bought again counts at its latest), as the features service keeps them."""
     ordered = train.sort_values(["user_id", "timestamp", "item_id"], kind="stable")
-    return ordered.groupby("user_id")["item_id"].agg(lambda s: list(s)[::-1][:n])
+    return ordered.groupby("user_id")["item_id"].agg(lambda s: list(dict.fromkeys(s[::-1]))[:n])
 
 
 def feature_tables(data: MovieLens, train: pd.DataFrame) -> dict[str, pd.DataFrame]:

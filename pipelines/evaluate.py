@@ -24,6 +24,7 @@ from pipelines.inputs import Inputs
 from pipelines.ranker_examples import seen_rows
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.encoding import Encoder
+from recserve_model.graphs import graph_feed
 from recserve_model.sources import SOURCE_ANN, Sources, source_features
 
 CUTOFFS = (10, 50, 100)
@@ -70,8 +71,18 @@ def ranker_scores(
         "item_features": inputs.item_features[rows],
         "retrieval_score": retrieval[:, None].astype(np.float32),
     }
-    declared = {i.name for i in model.get_inputs()}
-    return model.run(["score"], {k: v for k, v in feed.items() if k in declared})[0][:, 0]
+    return model.run(["score"], graph_feed(model.get_inputs(), feed))[0][:, 0]
+
+
+def repeat_counts(train: pd.DataFrame, encoder: Encoder) -> dict[str, dict[int, int]]:
+    """How many times each user bought each of their items, by row."""
+    pairs = train.groupby(["user_id", "item_id"]).size()
+    out: dict[str, dict[int, int]] = {}
+    rows = encoder.item_rows(list(pairs.index.get_level_values("item_id")))
+    users = pairs.index.get_level_values("user_id")
+    for user, row, count in zip(users, rows.tolist(), pairs.tolist(), strict=True):
+        out.setdefault(user, {})[row] = count
+    return out
 
 
 def sampled(users: list[str]) -> list[str]:
@@ -133,19 +144,34 @@ def served_candidates(
     sources: Sources | None,
     seeds: np.ndarray,
     own: np.ndarray,
-    blocked: np.ndarray,
+    never: np.ndarray,
     retrieved: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """What the retriever serves a user besides the two-tower's ``retrieved``
     (``recserve_model.sources``): the rows, their source features, and the
-    item-to-item source's own list (None without sources)."""
+    item-to-item source's own list (None without sources). ``never``: the
+    rows no list may hold (inactive ones); ``own``: the user's, which only
+    the repeat source offers."""
     if sources is None:
         bits = np.full(len(retrieved), SOURCE_ANN, np.uint8)
         return retrieved, source_features(np.zeros(len(retrieved), np.float32), bits), None
     user_scores = sources.user_scores(seeds)
     alone = user_scores.pool(own, max(CUTOFFS) + len(own))
-    rows, bits = sources.candidates(user_scores, retrieved, own, lambda r: ~blocked[r])
-    return rows, source_features(user_scores.of(rows), bits), alone[~blocked[alone]][: max(CUTOFFS)]
+    rows, bits = sources.candidates(
+        user_scores, retrieved, own, lambda r: ~never[r], sources.repeat_pool(seeds)
+    )
+    features = source_features(user_scores.of(rows), bits, sources.repeat_scores(seeds, rows))
+    return rows, features, alone[~never[alone]][: max(CUTOFFS)]
+
+
+NEW_ITEMS = ":new"  # the metrics' suffix of the new-items-only protocol (repeat datasets)
+
+
+def buy_again(seeds: np.ndarray, counts: dict[int, int], never: np.ndarray) -> np.ndarray:
+    """The user's own rows by how often they were bought, then by recency
+    (``seeds``: most recent first): "buy again by frequency"."""
+    own = [row for row in seeds[seeds > 0].tolist() if not never[row]]
+    return np.asarray(sorted(own, key=lambda row: -counts.get(row, 1)), np.int64)[: max(CUTOFFS)]
 
 
 def baseline_lists(
@@ -170,16 +196,22 @@ def evaluate(
     inactive: Collection[str] = (),
     ease_lambda: float = baselines.EASE_LAMBDA,
     with_baselines: bool = True,
+    repeat: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Mean metrics over every held-out user, or over ``only_users`` of them;
     ``inactive`` items are never recommended, as in serving. Ranked lists
     rank what the retriever serves (``served_candidates``). Without
-    baselines: the models' own lists alone (another artifact's, compared)."""
+    baselines: the models' own lists alone (another artifact's, compared).
+    Where items are bought again (``repeat``) a held-out repeat is a hit,
+    ``buy_again`` is a baseline, and every list is also scored on the new
+    items alone (its name + NEW_ITEMS, over the users who have some)."""
     encoder, train = inputs.encoder, split.train
     recent = recent_items(train)
     seen = seen_rows(train, encoder)
     truth = seen_rows(split.test, encoder)
     users = sampled(sorted(u for u in truth if only_users is None or u in only_users))
+    totals = Totals(truth, seen if repeat else None, users)
+    counts = repeat_counts(train, encoder) if repeat else {}
     user_tower = session(models["user_tower"])
     rankers = {"ranked": session(models["ranker"]), "ranked_int8": session(models["ranker_int8"])}
     feats = np.stack([inputs.user_features[u] for u in users])
@@ -191,13 +223,7 @@ def evaluate(
     seeds = item_neighbours.history_rows(train, encoder, users)
     popularity_order = np.argsort(-inputs.popularity, kind="stable")
     neighbours = BaselineScores(train, encoder, users, ease_lambda) if with_baselines else None
-    totals: dict[str, dict[str, float]] = {}
-
-    def add(name: str, ranked: np.ndarray, user: str) -> None:
-        for key, value in metrics_at(ranked, truth[user]).items():
-            totals.setdefault(name, {}).setdefault(key, 0.0)
-            totals[name][key] += value / len(users)
-
+    add = totals.add
     never = np.zeros(len(vectors), dtype=bool)
     never[encoder.item_rows(sorted(inactive))] = True
     never[0] = True  # the out-of-vocabulary row
@@ -207,18 +233,43 @@ def evaluate(
         blocked[own] = True
         for name, ranked in baseline_lists(neighbours, i, blocked, popularity_order):
             add(name, ranked, user)
-        scores = vectors @ u_vecs[i]
-        scores[blocked] = -np.inf
+        if repeat and neighbours is not None:
+            add("buy_again", buy_again(seeds[i], counts.get(user, {}), never), user)
+        raw = vectors @ u_vecs[i]
+        scores = np.where(blocked, -np.inf, raw)
         retrieved = sparse_baselines.top(scores, RERANK_DEPTH)
         add("two_tower", retrieved, user)
-        retrieved, features, alone = served_candidates(sources, seeds[i], own, blocked, retrieved)
+        retrieved, features, alone = served_candidates(sources, seeds[i], own, never, retrieved)
         if alone is not None:
             add("item_neighbours", alone, user)
-        user_inputs = (u_vecs[i], feats[i], inputs, scores[retrieved], u_aff[i], features)
+        user_inputs = (u_vecs[i], feats[i], inputs, raw[retrieved], u_aff[i], features)
         for name, model in rankers.items():
             s = ranker_scores(model, retrieved, *user_inputs)
             add(name, retrieved[np.argsort(-s, kind="stable")], user)
-    return totals
+    return totals.means
+
+
+class Totals:
+    """Each list's metrics summed over the users, by protocol: every held-out
+    item is a hit; where ``seen`` is given (items bought again), also the
+    new items alone (the list's name + NEW_ITEMS, over the users who have some)."""
+
+    def __init__(
+        self, truth: dict[str, set[int]], seen: dict[str, set[int]] | None, users: list[str]
+    ) -> None:
+        self.protocols = {"": truth}
+        if seen is not None:
+            self.protocols[NEW_ITEMS] = {u: truth[u] - seen.get(u, set()) for u in users}
+        self.counted = {p: max(1, sum(1 for u in users if t[u])) for p, t in self.protocols.items()}
+        self.means: dict[str, dict[str, float]] = {}
+
+    def add(self, name: str, ranked: np.ndarray, user: str) -> None:
+        for protocol, truth in self.protocols.items():
+            if not truth[user]:
+                continue
+            out = self.means.setdefault(name + protocol, {})
+            for key, value in metrics_at(ranked, truth[user]).items():
+                out[key] = out.get(key, 0.0) + value / self.counted[protocol]
 
 
 def evaluate_artifact(
@@ -261,7 +312,14 @@ def evaluate_artifact_on(
         name: artifact / name / "model.onnx" for name in ("user_tower", "ranker", "ranker_int8")
     }
     return evaluate(
-        split, inputs, vectors, models, only_users, data.inactive, with_baselines=with_baselines
+        split,
+        inputs,
+        vectors,
+        models,
+        only_users,
+        data.inactive,
+        with_baselines=with_baselines,
+        repeat=data.repeat,
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-BASELINES = ("popularity", "item_knn", "ease", "ease_low_rank")
+BASELINES = ("popularity", "item_knn", "ease", "ease_low_rank", "buy_again")  # as evaluated
 GATED = ("ranked", "ranked_int8")
 GATE_METRICS = ("recall@10", "ndcg@10")
 

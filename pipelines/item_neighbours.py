@@ -335,6 +335,30 @@ def fit_sources(
     return Sources(columns, values, popular_rows(train, encoder), item_ids, model, recency_tau)
 
 
+REPEAT_TAU = 30.0  # the repeat score's recency: the 30th most recent own item weighs 1/e
+
+
+def with_repeats(sources: Sources, train: pd.DataFrame, encoder: Encoder, repeat: bool) -> Sources:
+    """``sources`` with each item's repeat rate from ``train``, where items
+    are bought again (``recserve_model.sources``: the repeat source)."""
+    if not repeat:
+        return sources
+    return replace(sources, repeat_rate=repeat_rates(train, encoder), repeat_tau=REPEAT_TAU)
+
+
+def repeat_rates(train: pd.DataFrame, encoder: Encoder) -> np.ndarray:
+    """[num_rows] each item's share of its buyers who bought it again, with
+    one more buyer who did not (an item one shopper bought twice is no staple yet)."""
+    pairs = train.groupby(["user_id", "item_id"]).size()
+    rows = encoder.item_rows(list(pairs.index.get_level_values("item_id")))
+    size = encoder.spec.num_rows
+    buyers = np.bincount(rows, minlength=size).astype(np.float64)
+    again = np.bincount(rows, weights=(pairs.to_numpy() > 1).astype(np.float64), minlength=size)
+    rates = again / (buyers + 1.0)
+    rates[0] = 0.0
+    return rates.astype(np.float32)
+
+
 def history_rows(train: pd.DataFrame, encoder: Encoder, users: list[str]) -> np.ndarray:
     """[len(users), HISTORY] each user's most recent training rows first (0 pads),
     as the features service serves `seen_item_ids`."""

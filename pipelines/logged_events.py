@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipelines.dataset import LEARNED_ROLES, MovieLens
+from pipelines.dataset import MovieLens
+from pipelines.learned import LEARNED_ROLES, consumptions
 from recserve_data import Role
 from recserve_kit.jsonl_log import read_unique
 from recserve_model.catalogue import EventKind
@@ -42,7 +43,7 @@ class LoggedEvents:
 def learned_values(event_types: Mapping[str, EventKind]) -> dict[str, float | None]:
     """The event types the build learns from, each with the value an event
     counts as: None for a rating (its own value), 0 for a positive type (an
-    implicit interaction, as pipelines.dataset.learned_interactions)."""
+    implicit interaction, as pipelines.learned.learned_interactions)."""
     learned = {role.value for role in LEARNED_ROLES}
     return {
         name: None if kind.role == Role.RATING.value else 0.0
@@ -92,11 +93,14 @@ def with_logged(data: MovieLens, logged: LoggedEvents) -> MovieLens:
     if logged.rows.empty:
         return data
     merged = pd.concat([data.interactions, logged.rows], ignore_index=True)
-    # A later rating replaces an earlier one (a re-rating); an implicit
-    # interaction (0) never replaces a rating.
-    rated = merged["rating"] > 0
-    merged = merged.assign(rated=rated).sort_values(["rated", "timestamp"], kind="stable")
-    merged = merged.drop_duplicates(["user_id", "item_id"], keep="last").drop(columns="rated")
+    if data.repeat:  # each consumption counts, the logged ones as the export's
+        merged = consumptions(merged)
+    else:
+        # A later rating replaces an earlier one (a re-rating); an implicit
+        # interaction (0) never replaces a rating.
+        rated = merged["rating"] > 0
+        merged = merged.assign(rated=rated).sort_values(["rated", "timestamp"], kind="stable")
+        merged = merged.drop_duplicates(["user_id", "item_id"], keep="last").drop(columns="rated")
     merged = merged.sort_values("timestamp", kind="stable").reset_index(drop=True)
     return replace(
         data, interactions=merged, fingerprint=f"{data.fingerprint}+events:{logged.fingerprint}"

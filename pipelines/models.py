@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import HISTORY_LEN
-from recserve_model.sources import SOURCE_FEATURES
+from recserve_model.sources import REPEAT_SCORE, SOURCE_FEATURES
 
 
 def mlp(sizes: list[int]) -> nn.Sequential:
@@ -142,6 +142,7 @@ class Ranker(nn.Module):
         self.retrieval_weight = nn.Parameter(torch.tensor(10.0))
         self.affinity_weight = nn.Parameter(torch.tensor(10.0))
         self.neighbour_weight = nn.Parameter(torch.tensor(0.0))
+        self.repeat_weight = nn.Parameter(torch.tensor(0.0))  # the user's own items, bought again
         with torch.no_grad():
             last = self.net[-1]
             assert isinstance(last, nn.Linear)
@@ -178,12 +179,13 @@ class Ranker(nn.Module):
     def head(
         self, x: Tensor, retrieval_score: Tensor, affinity: Tensor, source_features: Tensor
     ) -> Tensor:
-        """The MLP's correction on top of the three strong scores."""
+        """The MLP's correction on top of the strong scores."""
         return (
             self.net(x)
             + self.retrieval_weight * retrieval_score
             + self.affinity_weight * affinity
             + self.neighbour_weight * source_features[:, :1]
+            + self.repeat_weight * source_features[:, REPEAT_SCORE : REPEAT_SCORE + 1]
         )
 
     def forward(
@@ -260,6 +262,7 @@ class Int8Ranker(nn.Module):
         self.retrieval_weight = ranker.retrieval_weight
         self.affinity_weight = ranker.affinity_weight
         self.neighbour_weight = ranker.neighbour_weight
+        self.repeat_weight = ranker.repeat_weight
         self._features = ranker.features
         self._head = ranker.head
 

@@ -23,6 +23,8 @@ from recserve_model.encoding import Encoder
 from recserve_model.sources import (
     NEIGHBOUR_CANDIDATES,
     POPULAR_CANDIDATES,
+    REPEAT_CANDIDATES,
+    REPEAT_SCORE,
     SOURCE_ANN,
     SOURCE_FEATURES,
     Sources,
@@ -57,19 +59,22 @@ def served(
     ranked: np.ndarray,
     n: int,
     scores: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One user's candidates: the tower's top ``n`` of ``ranked`` and the
     sources' picks, topped up from ``ranked`` to its length; their source
-    bits and neighbour scores."""
+    bits, neighbour scores and repeat scores. ``scores``: the tower's, -inf
+    where no source may pick (the out-of-vocabulary row, not the user's own)."""
     top, bits = ranked[:n], np.full(min(n, len(ranked)), SOURCE_ANN, np.uint8)
     if sources is None:
-        return top, bits, np.zeros(len(top), np.float32)
+        return top, bits, np.zeros(len(top), np.float32), np.zeros(len(top), np.float32)
     user_scores = sources.user_scores(seeds)
-    top, bits = sources.candidates(user_scores, top, own, lambda rows: np.isfinite(scores[rows]))
+    top, bits = sources.candidates(
+        user_scores, top, own, lambda rows: np.isfinite(scores[rows]), sources.repeat_pool(seeds)
+    )
     fill = ranked[~np.isin(ranked, top)][: len(ranked) - len(top)]
     top = np.concatenate([top, fill])[: len(ranked)]
     bits = np.concatenate([bits, np.zeros(len(fill), np.uint8)])[: len(ranked)]
-    return top, bits, user_scores.of(top)
+    return top, bits, user_scores.of(top), sources.repeat_scores(seeds, top)
 
 
 def ranker_examples(
@@ -88,6 +93,8 @@ def ranker_examples(
     targets = seen_rows(split.ranker_train, encoder)
     seeds = history_rows(split.tower_train, encoder, users)
     size = n + (NEIGHBOUR_CANDIDATES + POPULAR_CANDIDATES if sources is not None else 0)
+    if sources is not None and sources.repeat_rate is not None:
+        size += REPEAT_CANDIDATES
     size = min(size, len(vectors) - 1)
     cand = np.zeros((len(users), size), dtype=np.int64)
     label = np.zeros((len(users), size), dtype=np.float32)
@@ -105,13 +112,14 @@ def ranker_examples(
             # Train on what serving will see: the sources' own candidates.
             # Adding the positives they missed would teach "low retrieval
             # score is good".
-            top, bits, neighbour = served(sources, seeds[start + j], own, ranked, n, s)
+            picked = served(sources, seeds[start + j], own, ranked, n, scores[j])
+            top, bits, neighbour, again = picked
             wanted = np.fromiter(targets[user], dtype=np.int64)
             k = len(top)
             cand[start + j, :k] = top
             label[start + j, :k] = np.isin(top, wanted)
             retrieval[start + j, :k] = scores[j][top]
-            extra[start + j, :k] = source_features(neighbour, bits)
+            extra[start + j, :k] = source_features(neighbour, bits, again)
     return RankerExamples(
         torch.from_numpy(cand),
         torch.from_numpy(label),
@@ -142,13 +150,16 @@ def initial_blend(
     labels: torch.Tensor,
     held: torch.Tensor,
     retrieval_spread: torch.Tensor,
-    neighbour_spread: torch.Tensor,
+    sources: torch.Tensor,
 ) -> dict[str, Any]:
     """Starts the ranker at the fixed blend of its strong scores that ranks
     the held-out users' window best (the sources' scores differ in scale
-    by dataset and model); what each blend scored, for the report."""
+    by dataset and model); what each blend scored, for the report. Where
+    the user's own items are candidates (a repeat score in ``sources``, the
+    candidates' source features), the repeat score's weight is chosen
+    next, on the chosen blend."""
     scale = float(model.retrieval_weight.detach())
-    spread = float(neighbour_spread.std())
+    spread = float(sources[..., 0].std())
     unit = scale * float(retrieval_spread.std()) / spread if spread > 0 else 0.0
     per_user = {}
     model.eval()
@@ -163,10 +174,44 @@ def initial_blend(
         model.retrieval_weight.fill_(r * scale)
         model.affinity_weight.fill_(a * scale)
         model.neighbour_weight.fill_(c * unit)
+        unit_r = scale * float(retrieval_spread.std())
+        repeat = repeat_blend(model, logits, labels, held, unit_r, sources[..., REPEAT_SCORE])
     model.train()
     return {
         "chosen": {"retrieval": r, "affinity": a, "neighbours": c, "neighbour_unit": unit},
         "held_out_ndcg@10": {f"{r:g}/{a:g}/{c:g}": round(v, 4) for (r, a, c), v in tried.items()},
+        **repeat,
+    }
+
+
+REPEAT_BLENDS = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)  # of the retrieval spread
+
+
+def repeat_blend(
+    model: Ranker,
+    logits: Callable[[torch.Tensor], torch.Tensor],
+    labels: torch.Tensor,
+    held: torch.Tensor,
+    retrieval_unit: float,
+    repeat_scores: torch.Tensor,
+) -> dict[str, Any]:
+    """The repeat score's weight (the blend's other weights as chosen) that
+    ranks the window best, in units of the blend's retrieval spread; empty
+    where no candidate has a repeat score (items not bought again)."""
+    given = repeat_scores[repeat_scores > 0]
+    spread = float(given.std()) if len(given) > 1 else 0.0
+    if spread <= 0:
+        return {}
+    unit = retrieval_unit / spread
+    tried = {}
+    for p in REPEAT_BLENDS:
+        model.repeat_weight.fill_(p * unit)
+        tried[p] = float(ndcg_per_user(logits(held), labels[held]).mean())
+    best = max(REPEAT_BLENDS, key=lambda p: (tried[p], -p))
+    model.repeat_weight.fill_(best * unit)
+    return {
+        "repeat": {"chosen": best, "unit": unit},
+        "repeat_held_out_ndcg@10": {f"{p:g}": round(v, 4) for p, v in tried.items()},
     }
 
 

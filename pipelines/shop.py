@@ -9,6 +9,11 @@ power-law popularity (Zipf, exponent ``ZIPF``); a view is clicked with
 probability ``CLICK``, a click carted with ``CART``, a cart bought with
 ``BUY``. Shoppers' activity is log-normal, so a few are heavy. Every step
 is vectorised (numpy), so 20,000,000 events take minutes, not hours.
+
+With ``repeat`` (groceries, consumables): a share ``STAPLE_SHARE`` of the
+products are staples; each shopper has ``STAPLES`` of them in their liked
+categories, and a share ``RESTOCK`` of their sessions views those again
+(the manifest declares ``repeat: true``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ SESSION_VIEWS = 8  # views in one session, about
 DAYS = 180
 START = 1_700_000_000
 MIN_VIEWS = 100  # per shopper: enough distinct clicked items for the build's split, mostly
+STAPLE_SHARE, STAPLES, RESTOCK = 0.1, 6, 0.3  # with repeat purchases
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class ShopSize:
     events: int  # about: views are drawn so that all event types add up to this
     categories: int = 0  # 0: about one per 500 items, between 8 and 200
     brands: int = 0  # 0: about one per 100 items, at least 10
+    repeat: bool = False  # shoppers buy their staples again
 
     @property
     def category_count(self) -> int:
@@ -55,7 +62,7 @@ class ShopSize:
         return self.brands or max(10, self.items // 100)
 
 
-def manifest(name: str) -> Manifest:
+def manifest(name: str, repeat: bool = False) -> Manifest:
     return Manifest(
         format=1,
         name=name,
@@ -76,6 +83,7 @@ def manifest(name: str) -> Manifest:
                 "add_to_cart": EventType(role=Role.POSITIVE, weight=3),
                 "purchase": EventType(role=Role.POSITIVE, weight=5),
             },
+            repeat=repeat,
         ),
         users=Table(
             file="users.parquet",
@@ -140,9 +148,40 @@ def views(size: ShopSize, items: pd.DataFrame, rng: np.random.Generator) -> pd.D
         item[mask] = order[
             np.searchsorted(np.cumsum(popularity) / popularity.sum(), rng.random(mask.sum()))
         ]
+    if size.repeat:
+        restock = restocks(sessions, rng)
+        again = np.fromiter((k in restock for k in zip(user, session, strict=True)), bool)
+        own = staples(size, items, liked, first, rng)
+        item[again] = own[user[again], rng.integers(0, STAPLES, int(again.sum()))]
     start = START + rng.integers(0, DAYS * 86_400, (size.users, int(session.max()) + 1))
     timestamp = start[user, session] + (position % SESSION_VIEWS) * 40
     return pd.DataFrame({"user": user, "item": item, "timestamp": timestamp})
+
+
+def restocks(sessions: pd.DataFrame, rng: np.random.Generator) -> set[tuple[int, int]]:
+    """The (user, session) pairs that restock staples."""
+    chosen = sessions[rng.random(len(sessions)) < RESTOCK]
+    return set(zip(chosen["user"], chosen["session"], strict=True))
+
+
+def staples(
+    size: ShopSize,
+    items: pd.DataFrame,
+    liked: np.ndarray,
+    first: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """[users, STAPLES] item indices: each shopper's staples, drawn from the
+    staple products of their liked categories (of any, where those have none)."""
+    staple = np.flatnonzero(rng.random(size.items) < STAPLE_SHARE)
+    if not len(staple):
+        staple = np.arange(size.items)
+    by_category = {c: staple[first[staple] == c] for c in range(size.category_count)}
+    out = np.empty((size.users, STAPLES), np.int64)
+    for u in range(size.users):
+        pool = np.concatenate([by_category[c] for c in liked[u]])
+        out[u] = rng.choice(pool if len(pool) else staple, STAPLES)
+    return out
 
 
 def funnel(seen: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
@@ -176,7 +215,7 @@ def write_shop(out: Path, size: ShopSize, seed: int = 7, name: str = "shop") -> 
             "region": rng.choice(["north", "south", "east", "west"], size.users),
         }
     )
-    spec = manifest(name)
+    spec = manifest(name, size.repeat)
     tables = spec.tables()
     for kind, frame in (("items", items), ("interactions", interactions), ("users", users)):
         write_table(frame, out, tables[kind], spec.csv)

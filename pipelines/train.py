@@ -216,7 +216,7 @@ def train_ranker(
 
     # Three weights, not fit by gradient: chosen on every window user (a
     # fifth alone picked noise among the blends).
-    blend = initial_blend(model, logits, ex.labels, order, ex.retrieval, ex.source_features[..., 0])
+    blend = initial_blend(model, logits, ex.labels, order, ex.retrieval, ex.source_features)
     best, by_epoch = keep_best_epoch(
         model, logits, ex.labels, fit, held, (optimizer, generator), config, progress
     )

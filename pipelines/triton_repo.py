@@ -36,7 +36,6 @@ from pathlib import Path
 
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import HISTORY_LEN
-from recserve_model.sources import SOURCE_FEATURES
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON_MODEL = ROOT / "infra" / "triton" / "onnx_model.py"
@@ -80,7 +79,8 @@ def model_specs(affinity_rank: int = AFFINITY_RANK) -> list[ModelSpec]:
             Tensor("item_features", "TYPE_FP32", (ANY_WIDTH,)),
             Tensor("retrieval_score", "TYPE_FP32", (1,)),
             Tensor("user_affinity", "TYPE_FP32", (affinity_rank,)),
-            Tensor("source_features", "TYPE_FP32", (SOURCE_FEATURES,)),
+            # Graphs from before the repeat source take fewer (onnx_model.py cuts).
+            Tensor("source_features", "TYPE_FP32", (ANY_WIDTH,)),
         ),
         (Tensor("score", "TYPE_FP32", (1,)),),
     )

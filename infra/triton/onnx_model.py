@@ -36,9 +36,17 @@ class TritonPythonModel:
         # The config is the model's, shared by its versions; a version's graph
         # may take fewer inputs (rankers from before the affinity feature have no "user_affinity"),
         # so each version is fed what its own graph declares.
-        declared = {i.name for i in self.session.get_inputs()}
+        declared = {i.name: i.shape for i in self.session.get_inputs()}
         self.inputs = [i["name"] for i in config["input"] if i["name"] in declared]
         self.outputs = [o["name"] for o in config["output"]]
+        # And a version's graph may take fewer columns of an input (rankers
+        # from before the repeat source take 4 source features, not 6): each
+        # is cut to the width its graph declares.
+        self.widths = {
+            name: shape[-1]
+            for name, shape in declared.items()
+            if len(shape) > 1 and isinstance(shape[-1], int)
+        }
 
     def execute(self, requests):
         columns = {name: [] for name in self.inputs}
@@ -47,6 +55,9 @@ class TritonPythonModel:
                 columns[name].append(pb_utils.get_input_tensor_by_name(request, name).as_numpy())
         sizes = [len(a) for a in columns[self.inputs[0]]]
         feed = {name: np.concatenate(parts) for name, parts in columns.items()}
+        for name, width in self.widths.items():
+            if name in feed and feed[name].shape[-1] > width:
+                feed[name] = feed[name][..., :width]
         results = self.session.run(self.outputs, feed)
         responses = []
         offset = 0

@@ -152,6 +152,11 @@ class Interactions(Table):
     event_types: dict[str, EventType] = Field(
         min_length=1, description="Every event type the table may hold, by name."
     )
+    repeat: bool = Field(
+        False,
+        description="Items are bought again (groceries, consumables): a user's own past "
+        "items are candidates too, and a held-out repeat counts as a hit.",
+    )
 
     @model_validator(mode="after")
     def _event_types(self) -> Interactions:

@@ -10,6 +10,12 @@ evaluation, the ranker's training and the nightly scoring read the same way.
   ``NEIGHBOUR_CANDIDATES`` unseen items are candidates, and every
   candidate's neighbour score is a ranking feature.
 - Popular: the most-bought items of the training period.
+- Repeat, where the dataset declares its items bought again (``repeat:
+  true`` in the manifest): the user's own items. A user's repeat score of
+  one is the item's repeat rate (the share of its buyers who bought it
+  again, in training) times exp(-k / ``repeat_tau``) for the k-th most
+  recent of the user's items: what the served history (unique items, most
+  recent first) allows; how often the user bought it is not served.
 
 Candidates are picked from a pool in a fixed order (best score first, ties
 by row) and the first that pass the request's filter are kept, so the
@@ -34,19 +40,35 @@ POOL_FACTOR = 3  # the pool each source's filter picks its candidates from
 POPULAR_KEPT = 2_000  # popular rows stored: more than any pool needs
 DENSE_ROWS = 1 << 18  # catalogues up to this size sum a user's scores over every row
 
+REPEAT_CANDIDATES = 100  # the user's own items, most recent first, per request
+
 # A candidate's sources, one bit each (the retriever's `sources` column).
-SOURCE_ANN, SOURCE_NEIGHBOURS, SOURCE_POPULAR = 1, 2, 4
-SOURCE_NAMES = {SOURCE_ANN: "ann", SOURCE_NEIGHBOURS: "neighbours", SOURCE_POPULAR: "popular"}
-# The ranker's `source_features` input: the neighbour score, then one flag a source.
-SOURCE_FEATURES = 4
+SOURCE_ANN, SOURCE_NEIGHBOURS, SOURCE_POPULAR, SOURCE_REPEAT = 1, 2, 4, 8
+SOURCE_NAMES = {
+    SOURCE_ANN: "ann",
+    SOURCE_NEIGHBOURS: "neighbours",
+    SOURCE_POPULAR: "popular",
+    SOURCE_REPEAT: "repeat",
+}
+# The ranker's `source_features` input: the neighbour score, one flag a
+# source, the repeat score. Graphs from before the repeat source take the
+# first LEGACY_SOURCE_FEATURES (each graph is fed the width it declares).
+SOURCE_FEATURES = 6
+LEGACY_SOURCE_FEATURES = 4
+REPEAT_SCORE = 5  # the column of the repeat score
 
 
-def source_features(neighbour_scores: np.ndarray, bits: np.ndarray) -> np.ndarray:
-    """[n, SOURCE_FEATURES] float32 from each candidate's neighbour score and source bits."""
+def source_features(
+    neighbour_scores: np.ndarray, bits: np.ndarray, repeat_scores: np.ndarray | None = None
+) -> np.ndarray:
+    """[n, SOURCE_FEATURES] float32 from each candidate's neighbour score,
+    source bits and repeat score (0 without)."""
     out = np.empty((len(neighbour_scores), SOURCE_FEATURES), dtype=np.float32)
     out[:, 0] = neighbour_scores
-    for column, bit in enumerate((SOURCE_ANN, SOURCE_NEIGHBOURS, SOURCE_POPULAR), 1):
+    flags = (SOURCE_ANN, SOURCE_NEIGHBOURS, SOURCE_POPULAR, SOURCE_REPEAT)
+    for column, bit in enumerate(flags, 1):
         out[:, column] = (bits & bit) > 0
+    out[:, REPEAT_SCORE] = 0.0 if repeat_scores is None else repeat_scores
     return out
 
 
@@ -85,6 +107,9 @@ class Sources:
     model: str = ""  # which item-item model the neighbours are of
     # The k-th most recent seed weighs exp(-k / tau); 0: all alike.
     recency_tau: float = 0.0
+    # [num_rows] float32, each item's repeat rate; None: items are not bought again.
+    repeat_rate: np.ndarray | None = None
+    repeat_tau: float = 0.0  # the repeat score's recency, as recency_tau
 
     @classmethod
     def load(cls, artifact: Path) -> Sources | None:
@@ -93,6 +118,7 @@ class Sources:
         if not path.exists():
             return None
         with np.load(path, allow_pickle=False) as stored:
+            repeat = stored["repeat_rate"] if "repeat_rate" in stored.files else None
             return cls(
                 stored["neighbours"],
                 stored["weights"],
@@ -100,6 +126,8 @@ class Sources:
                 stored["item_ids"],
                 str(stored["model"]),
                 float(stored["recency_tau"]),
+                None if repeat is None or not len(repeat) else repeat.astype(np.float32),
+                float(stored["repeat_tau"]) if "repeat_tau" in stored.files else 0.0,
             )
 
     def save(self, artifact: Path) -> None:
@@ -111,6 +139,8 @@ class Sources:
             item_ids=self.item_ids.astype(str),
             model=np.asarray(self.model),
             recency_tau=np.asarray(self.recency_tau),
+            repeat_rate=np.zeros(0, np.float32) if self.repeat_rate is None else self.repeat_rate,
+            repeat_tau=np.asarray(self.repeat_tau),
         )
 
     @cached_property
@@ -154,20 +184,47 @@ class Sources:
             self.popular_pool(blocked, POPULAR_CANDIDATES * POOL_FACTOR),
         )
 
+    def repeat_pool(self, history_rows: np.ndarray) -> np.ndarray:
+        """The user's own rows, most recent first (of the last HISTORY), that
+        may come again: what the filter picks the repeat candidates from
+        (none where items are not bought again)."""
+        if self.repeat_rate is None:
+            return np.zeros(0, np.int64)
+        own = history_rows[history_rows > 0][:HISTORY]
+        return own[: REPEAT_CANDIDATES * POOL_FACTOR].astype(np.int64)
+
+    def repeat_scores(self, history_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Each of ``rows``' repeat score for a user of ``history_rows``
+        (most recent first): its repeat rate times the recency of the user's
+        last time with it; 0 for the rows the user never had."""
+        out = np.zeros(len(rows), np.float32)
+        if self.repeat_rate is None:
+            return out
+        own = history_rows[history_rows > 0][:HISTORY]
+        weight = dict(zip(own.tolist(), recency(len(own), self.repeat_tau).tolist(), strict=True))
+        for i, row in enumerate(rows.tolist()):
+            if row in weight:
+                out[i] = self.repeat_rate[row] * weight[row]
+        return out
+
     def candidates(
         self,
         user: UserNeighbourScores,
         ann: np.ndarray,
         blocked: np.ndarray,
         passes: Callable[[np.ndarray], np.ndarray],
+        repeat: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The union of ``ann`` (the two-tower's hits, best first) and both
-        sources' picks that pass the filter: rows and source bits."""
+        """The union of ``ann`` (the two-tower's hits, best first), both
+        sources' picks that pass the filter and the ``repeat`` pool's
+        (``repeat_pool``): rows and source bits."""
         neighbour_pool, popular_pool = self.pools(user, blocked)
+        repeat = np.zeros(0, np.int64) if repeat is None else repeat
         return union(
             (ann, SOURCE_ANN),
             (pick(neighbour_pool, passes, NEIGHBOUR_CANDIDATES), SOURCE_NEIGHBOURS),
             (pick(popular_pool, passes, POPULAR_CANDIDATES), SOURCE_POPULAR),
+            (pick(repeat, passes, REPEAT_CANDIDATES), SOURCE_REPEAT),
         )
 
 

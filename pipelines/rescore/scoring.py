@@ -24,6 +24,7 @@ from recserve_model import artifacts
 from recserve_model.affinity import UserAffinity, vectors_or_zeros
 from recserve_model.attribute_features import texts_from_json
 from recserve_model.encoding import OOV_ROW, Encoder, EncodingSpec
+from recserve_model.graphs import graph_feed
 from recserve_model.sources import SOURCE_ANN, Sources, source_features
 
 RANKER_CHUNK = 8_192  # pairs per ONNX Runtime call (faster than larger chunks, measured)
@@ -193,6 +194,7 @@ def score_users(bundle: ModelBundle, users: pd.DataFrame, candidates: int) -> Sc
     pair_rows = rows[valid]
     flat_scores = np.empty(len(pair_rows), dtype=np.float32)
     features = _source_features(bundle, users["seen_item_ids"].tolist(), rows, valid)
+    inputs = bundle.ranker.get_inputs()
     for start in range(0, len(pair_rows), RANKER_CHUNK):
         part = slice(start, start + RANKER_CHUNK)
         owners = user_of_pair[part]
@@ -207,7 +209,7 @@ def score_users(bundle: ModelBundle, users: pd.DataFrame, candidates: int) -> Sc
             feed["user_affinity"] = user_affinity[owners]
         if bundle.ranker_reads_sources:
             feed["source_features"] = features[part]
-        flat_scores[part] = bundle.ranker.run(["score"], feed)[0][:, 0]
+        flat_scores[part] = bundle.ranker.run(["score"], graph_feed(inputs, feed))[0][:, 0]
     scores[valid] = flat_scores
     return ScoredBatch(
         pa.array(users["user_id"].astype(str), pa.string()),

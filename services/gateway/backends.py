@@ -46,15 +46,18 @@ class Retrieved:
     scores: np.ndarray
     neighbour_scores_f32: bytes = b""
     sources: bytes = b""
+    repeat_scores_f32: bytes = b""
 
     def only(self, keep: list[int]) -> Retrieved:
         neighbour = np.frombuffer(self.neighbour_scores_f32, "<f4")
         sources = np.frombuffer(self.sources, np.uint8)
+        again = np.frombuffer(self.repeat_scores_f32, "<f4")
         return Retrieved(
             [self.ids[n] for n in keep],
             self.scores[keep],
             neighbour[keep].tobytes() if len(neighbour) else b"",
             sources[keep].tobytes() if len(sources) else b"",
+            again[keep].tobytes() if len(again) else b"",
         )
 
 
@@ -173,6 +176,7 @@ class Backends:
             np.frombuffer(reply.scores_f32, "<f4"),
             reply.neighbour_scores_f32,
             reply.sources,
+            reply.repeat_scores_f32,
         )
 
     async def similar(
@@ -222,6 +226,7 @@ class Backends:
                     retrieval_scores_f32=retrieved.scores.tobytes(),
                     neighbour_scores_f32=retrieved.neighbour_scores_f32,
                     sources=retrieved.sources,
+                    repeat_scores_f32=retrieved.repeat_scores_f32,
                     explain=explain,
                     version=version,
                 ),

@@ -52,8 +52,9 @@ class Flows:
                 return await self._with_titles(answer, stages)
             return answer
         if len(seen) + len(query.exclude_item_ids) > RETRIEVER_EXCLUDE_LIMIT:
-            # The retriever was sent only the first 1,000 exclusions.
-            blocked = {*query.exclude_item_ids, *seen}
+            # The retriever was sent only the first 1,000 exclusions; the
+            # history it had may come back as repeats, where a shop has them.
+            blocked = {*query.exclude_item_ids, *seen[len(history) :]}
             retrieved = retrieved.only([n for n, i in enumerate(retrieved.ids) if i not in blocked])
         return await self._rank_and_merge(query, profile, embedded, retrieved, stages)
 

@@ -235,7 +235,7 @@ class Ranker:
         candidates: Sequence[CandidateInput],
         user_vector: Sequence[float],
         timeout_s: float,
-        sources: SourceColumns = (None, None),
+        sources: SourceColumns = (None, None, None),
     ) -> Scored:
         """Score candidates that carry their item features (the message form);
         ``sources``: the retriever's neighbour scores and source bits."""
@@ -272,7 +272,7 @@ class Ranker:
         vector_version: str = "",
         explain: bool = False,
         version: str = "",
-        sources: SourceColumns = (None, None),
+        sources: SourceColumns = (None, None, None),
     ) -> Scored:
         """Score in columns: item features gathered from the live item table.
         A vector another model version computed (``vector_version``, a caller's

@@ -19,6 +19,7 @@ from recserve_kit.errors import InvalidArgument
 from recserve_model import published
 from services.ranker.config import RankerSettings
 from services.ranker.domain import CandidateInput, Ranker, Scored, UserInput
+from services.ranker.source_inputs import SourceColumns
 
 
 def to_user(message: features_pb2.UserFeatures) -> UserInput:
@@ -177,12 +178,13 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
         return score_response(scored, self.ranker)
 
 
-def source_columns(request: pb.ScoreRequest) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The retriever's neighbour scores and source bits, None where not sent."""
-    neighbour = request.neighbour_scores_f32
+def source_columns(request: pb.ScoreRequest) -> SourceColumns:
+    """The retriever's neighbour scores, source bits and repeat scores, None where not sent."""
+    neighbour, again = request.neighbour_scores_f32, request.repeat_scores_f32
     return (
         f32(neighbour, "neighbour_scores_f32") if neighbour else None,
         np.frombuffer(request.sources, np.uint8) if request.sources else None,
+        f32(again, "repeat_scores_f32") if again else None,
     )
 
 

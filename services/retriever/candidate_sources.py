@@ -21,9 +21,11 @@ from recserve_kit.validation import check_id
 from recserve_model.sources import (
     NEIGHBOUR_CANDIDATES,
     POPULAR_CANDIDATES,
+    REPEAT_CANDIDATES,
     SOURCE_ANN,
     SOURCE_NEIGHBOURS,
     SOURCE_POPULAR,
+    SOURCE_REPEAT,
     Sources,
 )
 from services.retriever.checks import MAX_FILTER_VALUES, check_vector
@@ -36,6 +38,7 @@ class Candidates:
     hits: list[tuple[str, float]]  # (item id, two-tower score), sources in order
     neighbour_scores: np.ndarray | None = None  # float32 per hit; None: no sources
     sources: np.ndarray | None = None  # uint8 bits per hit
+    repeat_scores: np.ndarray | None = None  # float32 per hit; None: items not bought again
 
 
 def search_candidates(
@@ -81,11 +84,14 @@ def with_sources(
     ef: int,
 ) -> Candidates:
     """``ann`` (the nearest neighbours, ``flt`` already excluding the
-    history) and the sources' picks that pass ``flt``, each once."""
-    user = sources.user_scores(sources.rows(history))
+    history) and the sources' picks that pass ``flt``, each once: the
+    user's own items among them where the artifact's are bought again."""
+    history_rows = sources.rows(history)
+    user = sources.user_scores(history_rows)
     blocked = sources.rows([*history, *flt.exclude_item_ids])
     neighbour_pool, popular_pool = sources.pools(user, blocked)
-    pooled = np.unique(np.concatenate([neighbour_pool, popular_pool]))
+    repeat_pool = sources.repeat_pool(history_rows)
+    pooled = np.unique(np.concatenate([neighbour_pool, popular_pool, repeat_pool]))
     passing: dict[str, float] = {}
     if len(pooled):
         among = dataclasses.replace(flt, only_item_ids=tuple(sources.item_ids[pooled].tolist()))
@@ -103,10 +109,13 @@ def with_sources(
     for pool, n, bit in (
         (neighbour_pool, NEIGHBOUR_CANDIDATES, SOURCE_NEIGHBOURS),
         (popular_pool, POPULAR_CANDIDATES, SOURCE_POPULAR),
+        (repeat_pool, REPEAT_CANDIDATES, SOURCE_REPEAT),
     ):
         for item_id in picks(pool, n):
             bits[item_id] = bits.get(item_id, 0) | bit
             scores.setdefault(item_id, passing[item_id])
     hits = list(scores.items())
     rows = np.fromiter((sources.row_of.get(i, 0) for i, _ in hits), np.int64, len(hits))
-    return Candidates(hits, user.of(rows), np.fromiter(bits.values(), np.uint8, len(bits)))
+    again = None if sources.repeat_rate is None else sources.repeat_scores(history_rows, rows)
+    sourced = np.fromiter(bits.values(), np.uint8, len(bits))
+    return Candidates(hits, user.of(rows), sourced, again)

@@ -107,6 +107,9 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServiceServicer):
             if found.neighbour_scores is None
             else found.neighbour_scores.astype("<f4").tobytes(),
             sources=b"" if found.sources is None else found.sources.tobytes(),
+            repeat_scores_f32=b""
+            if found.repeat_scores is None
+            else found.repeat_scores.astype("<f4").tobytes(),
             generation=generation,
         )
 

@@ -1,9 +1,10 @@
 """A marketplace served end to end, through Envoy: a generated shop (brands,
 prices, inactive products, shoppers with a region and nothing else; views,
-clicks, carts, purchases) built through the same pipeline, through the
-quality gate (its list beats popularity, item-kNN and EASE on the split),
-and served by the same runner as `make run`: live, at least as good as
-the best baseline. Recommend and
+clicks, carts, purchases; staples bought again, ``repeat: true``) built
+through the same pipeline, through the quality gate (its list beats
+popularity, item-kNN, EASE and "buy again by frequency" on the split), and
+served by the same runner as `make run`: live, at least as good as the
+best baseline, the shopper's own staples among the candidates. Recommend and
 SimilarItems filtered on brand and a price range return only matching
 products; a new shopper's declared region picks their list; bad filters
 name the field."""
@@ -37,7 +38,8 @@ pytestmark = pytest.mark.local_stack_only
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory):
     root = tmp_path_factory.mktemp("shop-stack")
-    dataset = write_shop(root / "dataset", ShopSize(items=400, users=300, events=60_000), seed=3)
+    size = ShopSize(items=400, users=300, events=60_000, repeat=True)
+    dataset = write_shop(root / "dataset", size, seed=3)
     data_dir = root / "data"
     build(data_dir, dataset_dir=dataset)  # refused (QualityGateError) below every baseline
     with running_stack(data_dir) as stack:
@@ -81,6 +83,23 @@ def test_recommend_filtered_on_brand_and_price_returns_only_matching_products(sh
     assert filtered.model_version.startswith("shop-")
     inactive = set(source.items.loc[~source.items["active"], "item_id"])
     assert not inactive & {i.item_id for i in unfiltered.items}
+
+
+def test_a_shoppers_staples_come_back_in_their_list(shop):
+    """Items are bought again here: the shopper's own items are candidates
+    (the repeat source), so the heaviest shopper's list holds some of what
+    they bought; a filter that rules those out rules them out."""
+    _, stub, source = shop
+    user = a_shopper(source)
+    events = source.interactions
+    bought = set(
+        events.loc[(events["user_id"] == user) & (events["event_type"] != "view"), "item_id"]
+    )
+    listed = [i.item_id for i in full_answer(stub, user, k=20).items]
+    again = [item for item in listed if item in bought]
+    assert again, listed
+    excluded = full_answer(stub, user, k=20, filter=pb.ItemFilter(exclude_item_ids=again))
+    assert not set(again) & {i.item_id for i in excluded.items}
 
 
 def test_similar_items_filtered_on_brand_and_price(shop):
@@ -131,7 +150,7 @@ def test_the_live_lists_equal_the_offline_ones_with_the_declared_attributes(shop
     for metric, difference in result["relative_difference"].items():
         assert abs(difference) <= 0.01, (metric, result["offline"], result["live"])
     # A young shop is served a list no count beats: live, on the same users.
-    assert set(result["baselines"]) >= {"popularity", "item_knn", "ease"}
+    assert set(result["baselines"]) >= {"popularity", "item_knn", "ease", "buy_again"}
     for name, figures in result["baselines"].items():
         assert result["live"]["ndcg@10"] >= figures["ndcg@10"], (name, result["live"], figures)
     spec = EncodingSpec.load(artifacts.current(stack.data_dir) / "encoding.json")

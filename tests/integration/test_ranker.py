@@ -22,6 +22,7 @@ from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import Encoder, EncodingSpec
+from recserve_model.sources import SOURCE_ANN, source_features
 from recserve_stack.triton_process import running_triton, start_triton
 from services.features.config import FeaturesSettings
 from services.features.domain import Event
@@ -156,7 +157,9 @@ async def test_scores_equal_onnxruntime_offline(built, ranker, catalog):
         # The user's side of the affinity, from the recent items and the artifact.
         "user_affinity": np.repeat(UserAffinity.load(built.directory).vectors(hist[None, :]), n, 0),
         # Candidate messages carry no sources: nearest neighbours, no neighbour score.
-        "source_features": np.tile(np.asarray([[0, 1, 0, 0]], np.float32), (n, 1)),
+        "source_features": source_features(
+            np.zeros(n, np.float32), np.full(n, SOURCE_ANN, np.uint8)
+        ),
     }
     expected = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx")).run(None, feed)[
         0

@@ -13,7 +13,7 @@ from tritonclient.grpc import InferInput, InferRequestedOutput
 from pipelines.triton_repo import model_specs
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.encoding import EncodingSpec
-from recserve_model.sources import SOURCE_FEATURES
+from recserve_model.sources import LEGACY_SOURCE_FEATURES, SOURCE_FEATURES
 from recserve_stack.triton_process import running_triton
 from tests.helpers import apoll_until
 
@@ -165,7 +165,6 @@ def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path)
     across the contract change works."""
     from pipelines.export import RANKER_INPUTS, RANKER_OUTPUTS, _export, example_ranker_inputs
     from pipelines.models import Ranker
-    from pipelines.triton_repo import publish_model
 
     spec = EncodingSpec.load(built.directory / "encoding.json")
     ranker = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, spec.embedding_dim)
@@ -178,10 +177,6 @@ def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path)
         RANKER_OUTPUTS,
         legacy / "ranker" / "model.onnx",
     )
-    repository = tmp_path / "repository"
-    model = next(m for m in model_specs() if m.name == "ranker")
-    old = publish_model(repository, model, legacy, "legacy")
-    new = publish_model(repository, model, built.directory, built.version)
     feed = make_inputs(spec, "ranker", 50, seed=2)
     without_history = {
         k: v for k, v in feed.items() if k not in ("user_affinity", "source_features")
@@ -189,10 +184,21 @@ def test_a_ranker_version_from_before_the_affinity_still_serves(built, tmp_path)
     expected_old = ort.InferenceSession(str(legacy / "ranker" / "model.onnx")).run(
         None, without_history
     )[0]
+    both_versions_serve(tmp_path, legacy, built, feed, expected_old)
+
+
+def both_versions_serve(tmp_path, legacy, built, feed, expected_old) -> None:
+    """The legacy ranker graph and the built one, two versions of one model
+    in Triton, each answer ``feed`` as its own graph does."""
+    from pipelines.triton_repo import publish_model
+
+    repository = tmp_path / "repository"
+    model = next(m for m in model_specs() if m.name == "ranker")
+    old = publish_model(repository, model, legacy, "legacy")
+    new = publish_model(repository, model, built.directory, built.version)
     expected_new = ort.InferenceSession(str(built.directory / "ranker" / "model.onnx")).run(
         None, feed
     )[0]
-
     with running_triton(tmp_path / "run", repository, ["ranker"]) as server:
         for version, expected in ((old, expected_old), (new, expected_new)):
             got = asyncio.run(ranker_scores(server.grpc_url, version, feed))
@@ -263,3 +269,63 @@ async def test_triton_keeps_an_idle_pinging_client_connected(triton):
         assert set(states) == {"READY"}, states
     finally:
         await channel.close()
+
+
+class RankerBeforeRepeat(torch.nn.Module):
+    """A ranker graph as exported before the repeat source: four source features."""
+
+    def __init__(self, ranker) -> None:
+        super().__init__()
+        self.ranker = ranker
+
+    def forward(  # the names of the exported graph's inputs
+        self,
+        item_id,
+        user_vector,
+        user_features,
+        item_features,
+        retrieval_score,
+        user_affinity,
+        source_features,
+    ):
+        four = source_features
+        padded = torch.cat([four, four.new_zeros(four.shape[0], SOURCE_FEATURES - 4)], dim=1)
+        return self.ranker(
+            item_id,
+            user_vector,
+            user_features,
+            item_features,
+            retrieval_score,
+            user_affinity,
+            padded,
+        )
+
+
+def test_a_ranker_version_from_before_the_repeat_source_takes_its_four_columns(built, tmp_path):
+    """Every ranker is sent six source features now; a version whose graph
+    declares four (built before the repeat source) is fed its four by
+    Triton's model (infra/triton/onnx_model.py), so a rollback across the
+    change serves."""
+    from pipelines.export import RANKER_INPUTS, RANKER_OUTPUTS, _export, example_ranker_inputs
+    from pipelines.models import Ranker
+
+    spec = EncodingSpec.load(built.directory / "encoding.json")
+    ranker = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, spec.embedding_dim)
+    ranker.load_state_dict(torch.load(built.directory / "torch_state.pt")["ranker"])
+    example = list(example_ranker_inputs(spec))
+    example[-1] = example[-1][:, :LEGACY_SOURCE_FEATURES]
+    legacy = tmp_path / "legacy"
+    _export(
+        RankerBeforeRepeat(ranker.eval()),
+        tuple(example),
+        RANKER_INPUTS,
+        RANKER_OUTPUTS,
+        legacy / "ranker" / "model.onnx",
+    )
+    old_graph = ort.InferenceSession(str(legacy / "ranker" / "model.onnx"))
+    declared = {i.name: i.shape for i in old_graph.get_inputs()}
+    assert declared["source_features"][-1] == LEGACY_SOURCE_FEATURES
+    feed = make_inputs(spec, "ranker", 50, seed=3)
+    assert feed["source_features"].shape[1] == SOURCE_FEATURES
+    four = {**feed, "source_features": feed["source_features"][:, :LEGACY_SOURCE_FEATURES]}
+    both_versions_serve(tmp_path, legacy, built, feed, old_graph.run(None, four)[0])

@@ -80,7 +80,8 @@ def test_candidates_are_the_union_with_each_ones_sources():
         SOURCE_NEIGHBOURS | SOURCE_POPULAR,
     ]
     features = source_features(user.of(rows), bits)
-    assert features[:, 1:].tolist() == [[1, 0, 1], [1, 1, 1], [0, 1, 1]]
+    assert features[:, 1:4].tolist() == [[1, 0, 1], [1, 1, 1], [0, 1, 1]]
+    assert features[:, 4:].tolist() == [[0, 0]] * 3  # not the user's own: no repeat
     assert union((np.array([2]), 1), (np.array([2, 3]), 2))[1].tolist() == [3, 2]
 
 
