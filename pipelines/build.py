@@ -78,8 +78,7 @@ MODEL_SOURCES = [
     ROOT / "libs" / "recserve_data" / "columns.py",  # how the tables' values are typed
 ]
 POPULAR_PER_LIST = 100
-CURRENT_MODEL = compare.CURRENT_MODEL
-__all__ = ["CURRENT_MODEL", "QualityGateError", "build", "quality_gate"]
+__all__ = ["QualityGateError", "build", "quality_gate"]
 
 
 @dataclass

@@ -92,7 +92,7 @@ class MovieLens:
     user_learned: dict[str, str] = field(default_factory=dict)
     # Items are bought again (the manifest's ``repeat``): the interactions
     # hold each consumption, a user's own items are candidates, and the
-    # evaluation counts a held-out repeat as a hit (``pipelines.protocols``).
+    # evaluation counts a held-out repeat as a hit (``pipelines.evaluate``).
     repeat: bool = False
 
 

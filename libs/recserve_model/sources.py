@@ -200,11 +200,14 @@ class Sources:
         out = np.zeros(len(rows), np.float32)
         if self.repeat_rate is None:
             return out
-        own = history_rows[history_rows > 0][:HISTORY]
-        weight = dict(zip(own.tolist(), recency(len(own), self.repeat_tau).tolist(), strict=True))
-        for i, row in enumerate(rows.tolist()):
-            if row in weight:
-                out[i] = self.repeat_rate[row] * weight[row]
+        own = history_rows[history_rows > 0][:HISTORY]  # each row once, most recent first
+        if not len(own) or not len(rows):
+            return out
+        order = np.argsort(own)
+        at = np.minimum(np.searchsorted(own[order], rows), len(own) - 1)
+        hit = own[order][at] == rows
+        weights = recency(len(own), self.repeat_tau)[order[at[hit]]]
+        out[hit] = self.repeat_rate[rows[hit]] * weights
         return out
 
     def candidates(

@@ -88,7 +88,7 @@ def with_sources(
     user's own items among them where the artifact's are bought again."""
     history_rows = sources.rows(history)
     user = sources.user_scores(history_rows)
-    blocked = sources.rows([*history, *flt.exclude_item_ids])
+    blocked = np.concatenate([history_rows, sources.rows(flt.exclude_item_ids)])
     neighbour_pool, popular_pool = sources.pools(user, blocked)
     repeat_pool = sources.repeat_pool(history_rows)
     pooled = np.unique(np.concatenate([neighbour_pool, popular_pool, repeat_pool]))

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from pipelines import evaluate
 from pipelines.__main__ import app
-from pipelines.build import CURRENT_MODEL, QualityGateError, build
+from pipelines.build import QualityGateError, build
+from pipelines.compare import CURRENT_MODEL
 from pipelines.dataset import NEEDS, read_dataset, temporal_split
 from pipelines.shop import ShopSize, write_shop
 from pipelines.snapshot import RECORD, snapshot

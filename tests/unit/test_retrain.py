@@ -41,12 +41,13 @@ def test_a_cycle_killed_mid_way_lets_go_of_the_lock(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; "
+            "import sys; from pathlib import Path; "
             "from recserve_stack.retrain import one_at_a_time\n"
             "with one_at_a_time(Path(sys.argv[1])):\n"
-            "    print('held', flush=True); time.sleep(60)",
+            "    print('held', flush=True); sys.stdin.read()",  # held until killed
             str(tmp_path),
         ],
+        stdin=subprocess.PIPE,  # never written: the holder waits until it is killed
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -55,8 +56,8 @@ def test_a_cycle_killed_mid_way_lets_go_of_the_lock(tmp_path):
         with pytest.raises(RetrainRefused, match=f"pid {holder.pid}"), one_at_a_time(tmp_path):
             pass
     finally:
-        holder.kill()
-        holder.wait()
+        holder.kill()  # mid-cycle, as a pod's deadline would
+        holder.communicate()
     with one_at_a_time(tmp_path) as note:
         assert note == f"took over the lock of pid {holder.pid}, which is gone"
 
