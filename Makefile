@@ -11,6 +11,8 @@ DATA ?= data
 DATASET ?=
 # OVER_THE_GATE=1: publish it even when it loses to a baseline (recorded; docs/data.md).
 OVER_THE_GATE ?=
+# PROMOTE=1: serve the build now, where another model is served (docs/delivery.md).
+PROMOTE ?=
 
 .PHONY: help setup proto artifacts run test test-fast lint bench clean redis-server java screenshots \
 	compose-up compose-down compose-test k8s-check
@@ -53,7 +55,7 @@ setup: $(VENV)/.paths $(TVENV)/.installed gen/.stamp $(VENV)/.client  ## environ
 proto: gen/.stamp  ## Python stubs (.pyi too) and Envoy's descriptor set from protos/
 
 artifacts: setup  ## data, models, indexes, Triton repository (skipped when up to date)
-	$(PY) -m pipelines build --data-dir $(DATA)$(if $(DATASET), --dataset $(abspath $(DATASET)))$(if $(OVER_THE_GATE), --publish-over-the-gate)
+	$(PY) -m pipelines build --data-dir $(DATA)$(if $(DATASET), --dataset $(abspath $(DATASET)))$(if $(OVER_THE_GATE), --publish-over-the-gate)$(if $(PROMOTE), --promote)
 
 run: artifacts  ## set everything up and serve the whole stack on 127.0.0.1 (DATASET=DIR DATA=DIR: yours)
 	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up$(if $(DATASET),, --demo)

@@ -64,8 +64,17 @@ CandidateOption = Annotated[
     bool,
     typer.Option(
         "--candidate",
-        help="Publish it to the Triton repository only, CURRENT unchanged: a candidate "
-        "for `recserve-stack rollout start VERSION`, current once promoted.",
+        help="A candidate even where nothing is served yet: the Triton repository only, "
+        "for `recserve-stack rollout start VERSION`, current once promoted. (A build on a "
+        "data dir that serves a model is a candidate anyway, unless --promote.)",
+    ),
+]
+PromoteOption = Annotated[
+    bool,
+    typer.Option(
+        "--promote",
+        help="Serve it now, without a rollout: it becomes CURRENT and every service "
+        "follows within seconds (docs/delivery.md). Refused while a rollout runs.",
     ),
 ]
 
@@ -79,14 +88,18 @@ def build(
     with_events: WithEventsOption = False,
     over_the_gate: OverTheGateOption = False,
     candidate: CandidateOption = False,
+    promote: PromoteOption = False,
 ) -> None:
     """Dataset -> validate -> training -> ONNX -> evaluation -> Triton repository
     (idempotent). A dataset that fails validation builds nothing; an artifact
     whose served lists lose to a baseline is not published (unless
-    --publish-over-the-gate)."""
+    --publish-over-the-gate). It serves users on a first install or with
+    --promote; otherwise it is a candidate for a rollout."""
     from pipelines.build import QualityGateError
+    from pipelines.current import PromoteRefused
     from pipelines.dataset import UnsupportedDataset
     from recserve_data import InvalidDataset
+    from recserve_model.artifacts import current_version
 
     try:
         result = run_build(
@@ -96,12 +109,13 @@ def build(
             with_events=with_events,
             over_the_gate=over_the_gate,
             candidate=candidate,
+            promote=promote,
         )
     except InvalidDataset as refused:
         data_cli.print_report(refused.report, console)
         console.print("[red]the dataset fails validation: nothing was built[/]")
         raise typer.Exit(1) from None
-    except UnsupportedDataset as refused:
+    except (UnsupportedDataset, PromoteRefused) as refused:
         console.print(f"[red]{refused}[/]")
         raise typer.Exit(1) from None
     except QualityGateError as refused:
@@ -113,8 +127,13 @@ def build(
         f"artifact {result.directory} ({'reused' if result.reused else 'built'}); "
         f"Triton versions {result.triton_versions}"
     )
-    if candidate:
-        console.print(f"a candidate: bin/recserve-stack rollout start {result.version}")
+    if result.serving:
+        console.print(f"serving {result.version}: CURRENT names it")
+    else:
+        console.print(
+            f"a candidate, serving nobody yet (CURRENT: {current_version(data_dir)}): "
+            f"bin/recserve-stack rollout start {result.version}, or build again with --promote"
+        )
 
 
 @app.command()

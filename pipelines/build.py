@@ -29,11 +29,10 @@ from pipelines import (
     export,
     item_neighbours,
     logged_events,
-    movielens,
     onboarding_model,
-    triton_repo,
     user_vectors,
 )
+from pipelines.current import PromoteRefused, becomes_current, default_dataset, publish
 from pipelines.gate import QualityGateError, pass_the_gate, quality_gate
 from pipelines.inputs import Inputs, build_spec, encode_inputs
 from pipelines.item_neighbours import with_repeats
@@ -47,7 +46,6 @@ from pipelines.train import (
     train_two_tower,
 )
 from recserve_cli import console as cli_console
-from recserve_delivery import state as rollout_state
 from recserve_model import artifacts
 from recserve_model import segments as segment
 from recserve_model.encoding import CATEGORY_OFFSET, Encoder, EncodingSpec
@@ -78,7 +76,7 @@ MODEL_SOURCES = [
     ROOT / "libs" / "recserve_data" / "columns.py",  # how the tables' values are typed
 ]
 POPULAR_PER_LIST = 100
-__all__ = ["QualityGateError", "build", "quality_gate"]
+__all__ = ["PromoteRefused", "QualityGateError", "build", "quality_gate"]
 
 
 @dataclass
@@ -88,6 +86,7 @@ class BuildResult:
     reused: bool
     metrics: dict[str, dict[str, float]]
     triton_versions: dict[str, int]
+    serving: bool = True  # CURRENT names it: what users get (else a candidate)
 
 
 def version_id(fingerprint: str, config: TrainConfig, name: str = "ml100k") -> str:
@@ -300,41 +299,6 @@ def training_data(
     return logged_events.with_logged(data, logged), len(logged.rows)
 
 
-def default_dataset(data_dir: Path) -> Path:
-    """What a build without ``--dataset`` learns from: the dataset of the
-    data dir's current artifact (a shop's data dir retrains the shop, never
-    MovieLens); MovieLens-100K only where nothing was built yet."""
-    pointer = artifacts.artifacts_root(data_dir) / "CURRENT"
-    if not pointer.exists():
-        return movielens.demo_dataset(data_dir / "raw")
-    directory = artifacts.artifacts_root(data_dir) / pointer.read_text().strip()
-    recorded = dataset.artifact_dataset(directory) if directory.is_dir() else None
-    if recorded is not None:
-        return recorded
-    manifest = directory / "manifest.json"
-    named = json.loads(manifest.read_text()).get("dataset_dir") if manifest.exists() else None
-    if named is None and directory.is_dir():
-        return movielens.demo_dataset(data_dir / "raw")  # built before the record: the demo's
-    raise dataset.UnsupportedDataset(
-        f"the current artifact {directory.name} was built from {named or 'a dataset'}, which "
-        "is not there any more: name the dataset to build from with --dataset DIR"
-    )
-
-
-def publish(data_dir: Path, directory: Path, version: str, candidate: bool) -> dict[str, int]:
-    """Into the Triton repository, and CURRENT unless a candidate (which a
-    promoted rollout makes current, artifacts.promote); its Triton versions."""
-    triton_versions = triton_repo.generate(
-        data_dir / "triton" / "repository",
-        directory,
-        version,
-        frozenset(rollout_state.protected_versions(data_dir)),
-    )
-    if not candidate:
-        artifacts.set_current(data_dir, version)
-    return triton_versions
-
-
 def build(
     data_dir: Path,
     config: TrainConfig | None = None,
@@ -343,22 +307,22 @@ def build(
     with_events: bool = False,
     over_the_gate: bool = False,
     candidate: bool = False,
+    promote: bool = False,
 ) -> BuildResult:
-    """Builds (or reuses) the artifact and publishes it to the Triton
-    repository and CURRENT, unless its served lists lose to a baseline.
-    ``with_events``: the kept app events join in (pipelines.logged_events).
-    ``candidate``: the Triton repository only, for a rollout (CURRENT moves
-    when it is promoted, artifacts.promote).
+    """Builds (or reuses) the artifact and publishes it, unless its served
+    lists lose to a baseline: CURRENT on a first install or with
+    ``promote``, else a candidate (pipelines.current). ``with_events``: the
+    kept app events join in (pipelines.logged_events).
 
-    The dataset (default: the current artifact's; MovieLens-100K, imported
-    into the raw directory once, where nothing was built yet) is validated
-    first: one that fails (``InvalidDataset``) or that the build cannot take
-    yet (``dataset.UnsupportedDataset``) is refused before anything is
-    written."""
+    The dataset (default: the current artifact's; MovieLens-100K where
+    nothing was built yet) is validated first: one that fails
+    (``InvalidDataset``) or that the build cannot take yet
+    (``dataset.UnsupportedDataset``) is refused before anything is written."""
     config = config or TrainConfig()
     console = console or cli_console(stderr=True)
     data, logged = training_data(data_dir, dataset_dir, with_events, console)
     version = version_id(data.fingerprint, config, data.name)
+    becomes_current(data_dir, version, candidate, promote)  # a refusal before the training
     root = artifacts.artifacts_root(data_dir)
     directory = root / version
     reused = False
@@ -393,5 +357,5 @@ def build(
         )
         staging.rename(directory)
     pass_the_gate(root, version, metrics, over_the_gate, console)
-    triton_versions = publish(data_dir, directory, version, candidate)
-    return BuildResult(version, directory, reused, metrics, triton_versions)
+    triton_versions, serving = publish(data_dir, directory, version, candidate, promote)
+    return BuildResult(version, directory, reused, metrics, triton_versions, serving)

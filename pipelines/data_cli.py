@@ -136,7 +136,7 @@ def snapshot_command(
     """The living dataset: the export plus the events and catalogue changes
     that arrived since (pipelines/snapshot.py), written and validated; build
     from it with `build --dataset OUT`."""
-    from pipelines.build import default_dataset
+    from pipelines.current import default_dataset
     from pipelines.snapshot import snapshot
 
     console = cli_console()

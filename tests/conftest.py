@@ -16,7 +16,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def built():
-    """The pipeline's output in ./data (make test builds it first; reused here)."""
+    """The pipeline's output in ./data (make test builds it first; reused
+    here), served: the tests' stacks serve what this code builds."""
     from pipelines.build import build
 
-    return build(ROOT / "data")
+    return build(ROOT / "data", promote=True)

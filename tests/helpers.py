@@ -1,5 +1,5 @@
 """Test helpers: free ports, polling on a condition instead of sleeping,
-and a full (not degraded) Recommend answer."""
+a full (not degraded) Recommend answer, and the ranker's request parts."""
 
 from __future__ import annotations
 
@@ -124,6 +124,44 @@ def user_message(row):
         mean_rating=float(row.mean_rating),
         recent_item_ids=list(row.recent_item_ids),
     )
+
+
+def ranker_catalog(directory: Path) -> tuple[Any, Any]:
+    """(users, items): an artifact's joined user and item feature tables."""
+    import pandas as pd
+
+    f = directory / "features"
+    users = pd.read_parquet(f / "user_profile.parquet").merge(
+        pd.read_parquet(f / "user_activity.parquet"), on="user_id"
+    )
+    items = pd.read_parquet(f / "item_profile.parquet").merge(
+        pd.read_parquet(f / "item_stats.parquet"), on="item_id"
+    )
+    return users, items
+
+
+def ranker_candidates(items: Any, n: int, offset: int = 0) -> list[Any]:
+    """ranker.v1 Candidates, with their features, from rows of ``items``."""
+    from recserve.features.v1 import features_pb2
+    from recserve.ranker.v1 import ranker_pb2
+
+    rows = items.iloc[offset : offset + n]
+    return [
+        ranker_pb2.Candidate(
+            item_id=r.item_id,
+            retrieval_score=0.1 * (i % 7),
+            features=features_pb2.ItemFeatures(
+                item_id=r.item_id,
+                found=True,
+                title=r.title,
+                year=int(r.year),
+                categories=list(r.genres),
+                popularity=int(r.popularity),
+                mean_rating=float(r.mean_rating),
+            ),
+        )
+        for i, r in enumerate(rows.itertuples())
+    ]
 
 
 def full_answer(

@@ -95,6 +95,19 @@ def set_current(data_dir: Path, version: str) -> None:
     os.replace(tmp, root / "CURRENT")
 
 
+def current_version(data_dir: Path) -> str | None:
+    """The version CURRENT names; None before the first build."""
+    pointer = artifacts_root(data_dir) / "CURRENT"
+    return pointer.read_text().strip() if pointer.exists() else None
+
+
+def same_files(data_dir: Path, version: str, other: str) -> bool:
+    """Whether two versions are one artifact (a rehearsal copy links to the
+    files of the version it copies)."""
+    root = artifacts_root(data_dir)
+    return (root / version).resolve() == (root / other).resolve()
+
+
 def current(data_dir: Path) -> Path:
     """The verified directory of the current version."""
     pointer = artifacts_root(data_dir) / "CURRENT"
@@ -111,13 +124,10 @@ def promote(data_dir: Path, version: str) -> bool:
     then follow it); a rehearsal copy, a link to the current artifact's
     files, leaves CURRENT as it is. Whether CURRENT moved. (Its files were
     verified when the ranker loaded it; every reader of CURRENT verifies.)"""
-    root = artifacts_root(data_dir)
-    directory = root / version
-    pointer = root / "CURRENT"
-    if not directory.is_dir() or not pointer.exists():
+    serving = current_version(data_dir)
+    if not (artifacts_root(data_dir) / version).is_dir() or serving is None:
         return False
-    serving = root / pointer.read_text().strip()
-    if directory.resolve() == serving.resolve():
+    if same_files(data_dir, version, serving):
         return False
     set_current(data_dir, version)
     return True

@@ -68,7 +68,7 @@ class Attribute:
             missing = True
         if missing:
             return ""
-        if self.numeric:
+        if self.numeric and value is not None:  # not missing: never None here
             return str(band(float(value), self.edges))
         text = str(value).lower() if isinstance(value, bool | np.bool_) else str(value)
         if text in self.values:

@@ -71,7 +71,9 @@ class RankerSettings(ServiceSettings):
         description="Triton's Prometheus endpoint: its memory, for the rollout judge; "
         "empty: memory is not judged.",
     )
-    rollout_interval_s: float = Field(1.0, gt=0, description="How often the rollout judge looks.")
+    rollout_interval_s: float = Field(
+        1.0, gt=0, description="How often the rollout judge looks; outside a rollout, CURRENT."
+    )
     rollout_steps_percent: list[float] = Field(
         [5.0, 25.0, 50.0, 100.0], description="Default steps of a rollout (users on the candidate)."
     )

@@ -39,6 +39,7 @@ METRICS_PREFIX = "recserve_ranker"
 RolloutMetrics.named(METRICS_PREFIX)
 TrackCall = Callable[[asyncio.Future[object]], None]
 NOT_READY_YET = (InferenceServerException, FailedPrecondition, NotFound, Unavailable, OSError)
+FOLLOW_RETRY_S = 30.0  # a CURRENT that failed to load is tried again after this
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class ModelVersions:
         self.versions: dict[str, Loaded] = {}  # loaded and warmed up, by artifact version
         self.rollout: Rollout | None = None  # set once the first version is loaded
         self._load_lock = asyncio.Lock()
+        self._follow_retry_at = 0.0  # after a CURRENT that could not be loaded
 
     # -- which version -------------------------------------------------------
 
@@ -188,20 +190,25 @@ class ModelVersions:
         return target
 
     async def _initial_load(self) -> None:
-        """The persisted stable version (an operator's or a rollout's choice),
-        else the newest; a rollout in progress resumes at its step."""
+        """The persisted stable version (a rollout's or an operator's choice),
+        unless CURRENT moved to another artifact while no rollout ran (a
+        build's --promote while the ranker was down); else CURRENT's, else
+        the newest. A rollout in progress resumes at its step."""
         async with self._load_lock:
             persisted = rollout_state.load(self.settings.data_dir)
             ranking = read_versions(self.settings, self.settings.ranking_model)
             stable = self._default_stable()
+            reason = "is not in the repository"
             if persisted is not None and persisted.stable in ranking:
-                stable = persisted.stable
+                if persisted.active or self._serves_current(persisted.stable, ranking):
+                    stable = persisted.stable
+                else:
+                    reason = "is not CURRENT's artifact"
             self.loaded = await self._prepare(stable)
             rollout = Rollout(self.settings.data_dir, stable, metrics_prefix=METRICS_PREFIX)
             self.rollout = rollout
             if rollout.state.stable != stable:
-                # The persisted stable version left the repository.
-                rollout.rebase(stable, f"{rollout.state.stable} is not in the repository")
+                rollout.rebase(stable, f"{rollout.state.stable} {reason}")
             if not rollout.state.active:
                 return
             try:
@@ -212,8 +219,48 @@ class ModelVersions:
                 return
             rollout.resumed_after_restart()
 
+    def _serves_current(self, version: str, ranking: dict[str, int]) -> bool:
+        """Whether ``version`` is what CURRENT names (or its files), as far
+        as the ranker can follow: CURRENT's version must be in the Triton
+        repository, and without CURRENT there is nothing to follow."""
+        current = artifacts.current_version(self.settings.data_dir)
+        if current is None or current not in ranking:
+            return True
+        return artifacts.same_files(self.settings.data_dir, version, current)
+
+    def _current_to_follow(self) -> str | None:
+        """CURRENT's version, when the ranker must switch to it: every way to
+        change what users get writes CURRENT (a first build, a build's
+        --promote, a promoted rollout, LoadModel), and the retriever, the
+        features service and the gateways follow it; outside a rollout the
+        ranker does too. A rollout's stable is its own (CURRENT cannot move
+        while one runs: a build's --promote is refused)."""
+        loaded, rollout = self.loaded, self.rollout
+        if loaded is None or rollout is None or rollout.state.active:
+            return None
+        current = artifacts.current_version(self.settings.data_dir)
+        if current is None or current == loaded.version:
+            return None  # once a second: the one file read
+        ranking = read_versions(self.settings, self.settings.ranking_model)
+        return None if self._serves_current(loaded.version, ranking) else current
+
+    async def follow_current(self) -> None:
+        version = self._current_to_follow()
+        if version is None or time.monotonic() < self._follow_retry_at:
+            return
+        try:
+            await self.load(version)
+        except (*NOT_READY_YET, artifacts.ArtifactError) as exc:
+            self._follow_retry_at = time.monotonic() + FOLLOW_RETRY_S
+            log.warning(
+                "cannot serve CURRENT yet",
+                extra={"fields": {"version": version, "error": str(exc)}},
+            )
+
     async def load(self, version: str) -> Loaded:
-        """An operator's switch (LoadModel): refused while a rollout runs."""
+        """A switch of what users get (an operator's LoadModel, or CURRENT
+        moved): refused while a rollout runs. An artifact of its own becomes
+        CURRENT, so every other service follows it too."""
         async with self._load_lock:
             rollout = self.rollout_control()
             if rollout.state.active:
@@ -223,6 +270,7 @@ class ModelVersions:
             # pin the new version from here on.
             self.loaded = target
             rollout.set_stable(version)
+            artifacts.promote(self.settings.data_dir, version)
             log.info("switched model version", extra={"fields": {"version": version}})
             return target
 
@@ -292,11 +340,13 @@ class ModelVersions:
                     log.info("promoted artifact is current", extra={"fields": {"version": stable}})
 
     async def judge_forever(self) -> None:
-        """The rollout judge: once per interval while a rollout is active."""
+        """The rollout judge: once per interval while a rollout is active;
+        outside one, CURRENT is followed at the same pace."""
         while True:
             await asyncio.sleep(self.settings.rollout_interval_s)
             rollout = self.rollout
             if rollout is None or not rollout.state.active:
+                await self.follow_current()
                 continue
             memory = await read_memory_fraction(self.settings.triton_metrics_url)
             rollout.tick(memory)

@@ -29,7 +29,8 @@ from services.features.domain import Event
 from services.features.server import create_server as create_features_server
 from services.ranker.config import RankerSettings
 from services.ranker.server import create_server
-from tests.helpers import apoll_until, data_dir_with_artifacts, user_message
+from tests.helpers import apoll_until, data_dir_with_artifacts, ranker_catalog, user_message
+from tests.helpers import ranker_candidates as candidates
 
 
 @pytest.fixture(scope="module")
@@ -88,34 +89,7 @@ async def ranker(setup, triton):
 
 @pytest.fixture(scope="module")
 def catalog(built):
-    f = built.directory / "features"
-    users = pd.read_parquet(f / "user_profile.parquet").merge(
-        pd.read_parquet(f / "user_activity.parquet"), on="user_id"
-    )
-    items = pd.read_parquet(f / "item_profile.parquet").merge(
-        pd.read_parquet(f / "item_stats.parquet"), on="item_id"
-    )
-    return users, items
-
-
-def candidates(items, n, offset=0):
-    rows = items.iloc[offset : offset + n]
-    return [
-        pb.Candidate(
-            item_id=r.item_id,
-            retrieval_score=0.1 * (i % 7),
-            features=fpb.ItemFeatures(
-                item_id=r.item_id,
-                found=True,
-                title=r.title,
-                year=int(r.year),
-                categories=list(r.genres),
-                popularity=int(r.popularity),
-                mean_rating=float(r.mean_rating),
-            ),
-        )
-        for i, r in enumerate(rows.itertuples())
-    ]
+    return ranker_catalog(built.directory)
 
 
 async def test_scores_equal_onnxruntime_offline(built, ranker, catalog):
