@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "report": "bench.commands.serving.report:report",
     "rescore": "bench.commands.components.rescore:rescore",
     "cpu": "bench.commands.serving.cpu:cpu",
+    "events": "bench.commands.serving.events:events",
     "shadow": "bench.commands.components.shadow:shadow",
     "hop": "bench.commands.serving.hop:hop",
     "sweep": "bench.commands.serving.sweep:sweep",

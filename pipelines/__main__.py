@@ -96,7 +96,7 @@ def build(
     --publish-over-the-gate). It serves users on a first install or with
     --promote; otherwise it is a candidate for a rollout."""
     from pipelines.build import QualityGateError
-    from pipelines.current import PromoteRefused
+    from pipelines.current import PromoteRefused, candidate_line
     from pipelines.dataset import UnsupportedDataset
     from recserve_data import InvalidDataset
     from recserve_model.artifacts import current_version
@@ -130,10 +130,7 @@ def build(
     if result.serving:
         console.print(f"serving {result.version}: CURRENT names it")
     else:
-        console.print(
-            f"a candidate, serving nobody yet (CURRENT: {current_version(data_dir)}): "
-            f"bin/recserve-stack rollout start {result.version}, or build again with --promote"
-        )
+        console.print(candidate_line(result.version, current_version(data_dir)))
 
 
 @app.command()

@@ -72,6 +72,16 @@ def publish(
         version,
         frozenset(rollout_state.protected_versions(data_dir)),
     )
-    if current:
+    # Asked again: a rollout may have started while the files were copied.
+    if current and becomes_current(data_dir, version, candidate, promote):
         artifacts.set_current(data_dir, version)
     return triton_versions, artifacts.current_version(data_dir) == version
+
+
+def candidate_line(version: str, serving: str | None) -> str:
+    """What a build that is a candidate says; the version is its last word
+    (the retrain cycle reads it: apps/recserve_stack/retrain.py)."""
+    return (
+        f"a candidate, serving nobody yet (CURRENT: {serving}; build again with --promote "
+        f"to serve it now); roll it out: bin/recserve-stack rollout start {version}"
+    )

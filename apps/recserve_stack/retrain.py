@@ -157,14 +157,20 @@ def nothing_new(data_dir: Path, snapshot: Path) -> str:
     return ""
 
 
+def candidate_version(build_output: str) -> str | None:
+    """The version a candidate build names (pipelines.current.candidate_line)."""
+    found = re.search(r"rollout start ([A-Za-z0-9][\w.+-]*)\s*$", build_output, re.MULTILINE)
+    return found.group(1) if found else None
+
+
 def build_candidate(data_dir: Path, snapshot: Path, report: Report) -> bool:
     dataset = ("--dataset", str(snapshot))
     done = pipelines("build", "--data-dir", str(data_dir), *dataset, "--candidate")
-    found = re.search(r"rollout start (\S+)", done.stdout + done.stderr)
-    if done.returncode or found is None:
+    version = candidate_version(done.stdout + done.stderr)
+    if done.returncode or version is None:
         report.outcome, report.reason = "refused", tail(done)
         return False
-    report.version = found.group(1)
+    report.version = version
     directory = artifacts.artifacts_root(data_dir) / report.version
     report.gate = json.loads((directory / "manifest.json").read_text()).get("metrics", {})
     return True

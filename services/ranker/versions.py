@@ -30,6 +30,7 @@ from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
 from recserve_model.sources import SOURCE_FEATURES
 from services.ranker.config import RankerSettings
+from services.ranker.current_pointer import CurrentPointer
 from services.ranker.triton_client import Tensor, TritonClient
 from services.ranker.triton_metrics import read_memory_fraction
 
@@ -39,7 +40,6 @@ METRICS_PREFIX = "recserve_ranker"
 RolloutMetrics.named(METRICS_PREFIX)
 TrackCall = Callable[[asyncio.Future[object]], None]
 NOT_READY_YET = (InferenceServerException, FailedPrecondition, NotFound, Unavailable, OSError)
-FOLLOW_RETRY_S = 30.0  # a CURRENT that failed to load is tried again after this
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,9 @@ class ModelVersions:
         self.versions: dict[str, Loaded] = {}  # loaded and warmed up, by artifact version
         self.rollout: Rollout | None = None  # set once the first version is loaded
         self._load_lock = asyncio.Lock()
-        self._follow_retry_at = 0.0  # after a CURRENT that could not be loaded
+        self.pointer = CurrentPointer(
+            settings.data_dir, lambda: read_versions(settings, settings.ranking_model)
+        )
 
     # -- which version -------------------------------------------------------
 
@@ -171,7 +173,7 @@ class ModelVersions:
     async def _first_load(self) -> None:
         try:
             await self._initial_load()
-        except NOT_READY_YET as exc:
+        except (*NOT_READY_YET, artifacts.ArtifactError) as exc:
             log.debug("initial load not possible yet: %s", exc)
         except rollout_state.RolloutStateError as exc:
             log.error("%s; fix or remove it to start", exc)
@@ -200,11 +202,27 @@ class ModelVersions:
             stable = self._default_stable()
             reason = "is not in the repository"
             if persisted is not None and persisted.stable in ranking:
-                if persisted.active or self._serves_current(persisted.stable, ranking):
+                if persisted.active or self.pointer.served_by(persisted.stable, ranking):
                     stable = persisted.stable
                 else:
                     reason = "is not CURRENT's artifact"
-            self.loaded = await self._prepare(stable)
+            try:
+                self.loaded = await self._prepare(stable)
+            except (*NOT_READY_YET, artifacts.ArtifactError) as exc:
+                if (
+                    persisted is None
+                    or stable == persisted.stable
+                    or persisted.stable not in ranking
+                ):
+                    raise
+                # CURRENT cannot be served (yet): the persisted stable serves,
+                # and the judge loop tries CURRENT again (follow_current).
+                log.warning(
+                    "cannot serve CURRENT; serving the persisted stable",
+                    extra={"fields": {"version": stable, "error": str(exc)}},
+                )
+                stable = persisted.stable
+                self.loaded = await self._prepare(stable)
             rollout = Rollout(self.settings.data_dir, stable, metrics_prefix=METRICS_PREFIX)
             self.rollout = rollout
             if rollout.state.stable != stable:
@@ -219,57 +237,47 @@ class ModelVersions:
                 return
             rollout.resumed_after_restart()
 
-    def _serves_current(self, version: str, ranking: dict[str, int]) -> bool:
-        """Whether ``version`` is what CURRENT names (or its files), as far
-        as the ranker can follow: CURRENT's version must be in the Triton
-        repository, and without CURRENT there is nothing to follow."""
-        current = artifacts.current_version(self.settings.data_dir)
-        if current is None or current not in ranking:
-            return True
-        return artifacts.same_files(self.settings.data_dir, version, current)
-
     def _current_to_follow(self) -> str | None:
-        """CURRENT's version, when the ranker must switch to it: every way to
-        change what users get writes CURRENT (a first build, a build's
-        --promote, a promoted rollout, LoadModel), and the retriever, the
-        features service and the gateways follow it; outside a rollout the
-        ranker does too. A rollout's stable is its own (CURRENT cannot move
-        while one runs: a build's --promote is refused)."""
+        """CURRENT's version when the ranker must switch to it (outside a
+        rollout: a rollout's stable is its own)."""
         loaded, rollout = self.loaded, self.rollout
         if loaded is None or rollout is None or rollout.state.active:
             return None
-        current = artifacts.current_version(self.settings.data_dir)
-        if current is None or current == loaded.version:
-            return None  # once a second: the one file read
-        ranking = read_versions(self.settings, self.settings.ranking_model)
-        return None if self._serves_current(loaded.version, ranking) else current
+        return self.pointer.to_follow(loaded.version)
 
     async def follow_current(self) -> None:
         version = self._current_to_follow()
-        if version is None or time.monotonic() < self._follow_retry_at:
+        if version is None or not self.pointer.may_try():
             return
         try:
-            await self.load(version)
+            await self.load(version, following=True)
         except (*NOT_READY_YET, artifacts.ArtifactError) as exc:
-            self._follow_retry_at = time.monotonic() + FOLLOW_RETRY_S
+            self.pointer.failed()
             log.warning(
                 "cannot serve CURRENT yet",
                 extra={"fields": {"version": version, "error": str(exc)}},
             )
 
-    async def load(self, version: str) -> Loaded:
+    async def load(self, version: str, following: bool = False) -> Loaded:
         """A switch of what users get (an operator's LoadModel, or CURRENT
-        moved): refused while a rollout runs. An artifact of its own becomes
-        CURRENT, so every other service follows it too."""
+        moved: ``following``): refused while a rollout runs. An artifact of
+        its own becomes CURRENT, so every other service follows it too."""
         async with self._load_lock:
             rollout = self.rollout_control()
+            if following and self._current_to_follow() != version:
+                return self.current()  # an operator's switch came first
             if rollout.state.active:
                 rollout.set_stable(version)  # raises FailedPrecondition
             target = await self._prepare(version)
             # Requests in flight finish on the version they pinned; new ones
             # pin the new version from here on.
             self.loaded = target
-            rollout.set_stable(version)
+            persisted = rollout_state.load(self.settings.data_dir) if following else None
+            if persisted is not None and persisted.stable == version and not persisted.active:
+                # Another replica promoted or switched to it: its record stands.
+                rollout.state = persisted
+            else:
+                rollout.set_stable(version)
             artifacts.promote(self.settings.data_dir, version)
             log.info("switched model version", extra={"fields": {"version": version}})
             return target

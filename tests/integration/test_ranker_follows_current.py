@@ -79,19 +79,31 @@ async def test_the_ranker_follows_current_and_load_model_moves_it(setup, triton,
         async with grpc.aio.insecure_channel(service.address) as channel:
             stub = ranker_pb2_grpc.RankerServiceStub(channel)
             assert await answered_by(stub, built) == built.version
-            # A build's --promote: CURRENT moves, the ranker follows by itself.
+            # Another replica promoted a rollout of ``own`` (the state file and
+            # CURRENT, shared): this ranker follows by itself and keeps that
+            # replica's record rather than writing its own over it.
+            promoted = rollout_state.RolloutState(
+                stable=own, candidate=own, status="promoted", reason="by the other replica"
+            )
+            rollout_state.save(root, promoted)
             artifacts.set_current(root, own)
 
             async def on_own():
                 return await answered_by(stub, built) == own
 
             await apoll_until(on_own, 60, interval_s=0.2)
-            assert rollout_state.load(root).stable == own
+            kept = rollout_state.load(root)
+            assert (kept.stable, kept.status, kept.reason) == (own, "promoted", promoted.reason)
             # An operator's switch back moves CURRENT with it.
             loaded = await stub.LoadModel(pb.LoadModelRequest(version=built.version))
             assert loaded.model_version == built.version
             assert artifacts.current_version(root) == built.version
             assert await answered_by(stub, built) == built.version
+            # A build's --promote (CURRENT alone moves): followed, and pinned.
+            artifacts.set_current(root, own)
+            await apoll_until(on_own, 60, interval_s=0.2)
+            assert rollout_state.load(root).stable == own
+            await stub.LoadModel(pb.LoadModelRequest(version=built.version))
     finally:
         await service.stop(0)
 

@@ -10,8 +10,14 @@ import sys
 
 import pytest
 
+from pipelines.current import candidate_line
 from recserve_model import artifacts
-from recserve_stack.retrain import RetrainRefused, nothing_new, one_at_a_time
+from recserve_stack.retrain import (
+    RetrainRefused,
+    candidate_version,
+    nothing_new,
+    one_at_a_time,
+)
 
 
 def test_one_cycle_at_a_time_and_a_dead_ones_lock_is_taken_over(tmp_path):
@@ -84,3 +90,11 @@ def test_nothing_new_is_judged_against_what_the_current_artifact_learned(tmp_pat
     artifacts.write_manifest(directory, "shop-1", {"dataset_dir": str(export)})
     assert nothing_new(tmp_path / "data", dataset(tmp_path / "empty", 0, 0))
     assert nothing_new(tmp_path / "data", more) == ""
+
+
+def test_the_cycle_reads_the_version_a_candidate_build_names():
+    """The build's own candidate line (pipelines.current), among its other output."""
+    line = candidate_line("shop-1a2b3c4d5e6f", "shop-000000000000")
+    output = f"artifact data/artifacts/shop-1a2b3c4d5e6f (built); Triton versions {{}}\n{line}\n"
+    assert candidate_version(output) == "shop-1a2b3c4d5e6f"
+    assert candidate_version("the dataset fails validation: nothing was built\n") is None

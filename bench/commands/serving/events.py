@@ -1,0 +1,74 @@
+"""`python -m bench events`: app events through Envoy, events a second and
+CPU per event by process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from bench.output import console, write
+
+
+def events(
+    target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
+    features: Annotated[
+        str, typer.Option(help="The features service, asked directly for freshness.")
+    ] = "127.0.0.1:50052",
+    data_dir: Annotated[Path, typer.Option(help="The stack's data (its app token).")] = Path(
+        "data"
+    ),
+    senders: Annotated[int, typer.Option(min=1, max=64)] = 4,
+    batch: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    duration: Annotated[float, typer.Option(max=600)] = 20.0,
+    out: Path | None = None,
+) -> None:
+    """Events a second the stack acknowledges (written and fsynced), CPU per
+    event of each process, and how soon the features service shows one."""
+    import pandas as pd
+
+    from bench.events_load import run
+    from recserve_model import artifacts
+
+    directory = artifacts.current(data_dir)
+    users = sorted(pd.read_parquet(directory / "features" / "user_activity.parquet")["user_id"])
+    items = sorted(pd.read_parquet(directory / "item_vectors.parquet")["item_id"])
+    event_type, value = rating_type(directory)
+    result = run(
+        target, features, data_dir, users, items, event_type, value, senders, batch, duration
+    )
+    table = Table(title=f"{senders} senders x {batch} events a batch for {duration:.0f}s")
+    table.add_column("process")
+    table.add_column("CPU µs / event", justify="right")
+    per_event = result["cpu_us_per_event"]
+    assert isinstance(per_event, dict)
+    for name, us in per_event.items():
+        table.add_row(name, f"{us:.1f}")
+    table.add_row(
+        "total (stack, without the load generator)", f"{result['total_cpu_us_per_event']}"
+    )
+    console.print(table)
+    console.print(
+        f"{result['events_per_s']} events/s acknowledged ({result['events_acknowledged']}), "
+        f"batch p50 {result['batch_p50_ms']} ms, p99 {result['batch_p99_ms']} ms, "
+        f"errors {result['errors']}; an event visible in the features service after "
+        f"{result['freshness_s']} s"
+    )
+    write(out, {"benchmark": "events", **result})
+
+
+def rating_type(directory: Path) -> tuple[str, float]:
+    """The artifact's first rating event type and a value within its range
+    (else its first positive type, value 0)."""
+    from recserve_model.catalogue import CatalogueSchema
+
+    kinds = CatalogueSchema.load(directory).event_types
+    for name, kind in kinds.items():
+        if kind.role == "rating":
+            return name, float(kind.max if kind.max is not None else 1.0)
+    for name, kind in kinds.items():
+        if kind.role == "positive":
+            return name, 0.0
+    raise SystemExit(f"{directory.name} declares no rating or positive event type")
