@@ -6,9 +6,11 @@ Closed loop: ``senders`` concurrent callers, each sending a batch of
 the previous one is acknowledged, for ``duration_s``. An acknowledged batch
 is written and fsynced (docs/events.md); events per second counts those.
 Each stack process's CPU is read before and after, as ``bench cpu`` does,
-and divided by the events acknowledged. Freshness: after the load, one
-more event for a user, and the time until the features service shows it
-(their latest item) when asked directly.
+and divided by the events acknowledged. The users' live features are
+updated behind the acknowledgement (services.gateway.online_updates): the
+gateways' counters say how many were applied during the run, and halfway
+through it one more event's freshness is timed, until the features
+service shows it as the user's latest item when asked directly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +33,8 @@ from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
 from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc
+from recserve_kit import transport
+from recserve_stack.settings import StackSettings
 
 FRESHNESS_TIMEOUT_S = 10.0
 
@@ -60,8 +65,12 @@ async def push_for(
     source: Iterator[list[epb.AppEvent]],
     senders: int,
     duration_s: float,
+    rate: float = 0.0,
+    batch_size: int = 0,
 ) -> tuple[int, HdrHistogram, Counter[str]]:
-    """(events acknowledged, batch latency in µs, errors by code)."""
+    """(events acknowledged, batch latency in µs, errors by code); ``rate``:
+    events a second in all (batches of ``batch_size``), 0: as fast as the
+    stack acknowledges."""
     latency = HdrHistogram(1, 60_000_000, 3)
     errors: Counter[str] = Counter()
     acknowledged = 0
@@ -70,9 +79,15 @@ async def push_for(
     async with grpc.aio.insecure_channel(target) as channel:
         stub = events_pb2_grpc.EventServiceStub(channel)
 
-        async def sender() -> None:
+        async def sender(n: int) -> None:
             nonlocal acknowledged
+            # Paced: this sender's batches at rate / senders, staggered.
+            every = senders * batch_size / rate if rate else 0.0
+            due = time.perf_counter() + n * every / senders
             while time.perf_counter() < deadline:
+                if every:
+                    await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                    due += every
                 batch = next(source)
                 started = time.perf_counter()
                 try:
@@ -85,12 +100,19 @@ async def push_for(
                 latency.record_value(max(1, int((time.perf_counter() - started) * 1e6)))
                 acknowledged += reply.accepted
 
-        await asyncio.gather(*(sender() for _ in range(senders)))
+        await asyncio.gather(*(sender(n) for n in range(senders)))
     return acknowledged, latency, errors
 
 
 async def freshness_s(
-    target: str, features: str, token: str, user: str, item: str, event_type: str, value: float
+    target: str,
+    features: str,
+    tls_dir: Path,
+    token: str,
+    user: str,
+    item: str,
+    event_type: str,
+    value: float,
 ) -> float | None:
     """Seconds from an acknowledged event to the features service showing
     it as the user's latest item; None past the timeout."""
@@ -99,9 +121,10 @@ async def freshness_s(
         event_type=event_type, value=value, timestamp=int(time.time()),
     )  # fmt: skip
     metadata = [("authorization", f"Bearer {token}")]
+    operator = transport.Tls.load(tls_dir, "operator") if (tls_dir / "ca.pem").exists() else None
     async with (
         grpc.aio.insecure_channel(target) as edge,
-        grpc.aio.insecure_channel(features) as direct,
+        transport.aio_channel(features, operator) as direct,
     ):
         events = events_pb2_grpc.EventServiceStub(edge)
         reader = features_pb2_grpc.FeatureServiceStub(direct)
@@ -120,10 +143,67 @@ async def freshness_s(
     return None
 
 
+def live_updates(metrics_urls: list[str]) -> dict[str, float]:
+    """The gateways' live-update counters, summed: updated, dropped, failed."""
+    totals = {"updated": 0.0, "dropped": 0.0, "failed": 0.0}
+    prefix = "recserve_gateway_event_online_updates_total{outcome="
+    for url in metrics_urls:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith(prefix):
+                    outcome = line[len(prefix) :].split('"')[1]
+                    totals[outcome] = totals.get(outcome, 0.0) + float(line.split()[-1])
+    return totals
+
+
+def running_processes() -> dict[str, list[psutil.Process]]:
+    """The stack's processes by component, and this one's (the load)."""
+    processes = stack_processes()
+    missing = [name for name, found in processes.items() if not found]
+    if missing:
+        raise SystemExit(f"not running: {', '.join(missing)} (start the stack first)")
+    processes["load generator (this process)"] = [psutil.Process()]
+    return processes
+
+
+def settled(metrics_urls: list[str], quiet_s: float = 2.0, limit_s: float = 120.0) -> None:
+    """Until the gateways' live-update counters stop moving (their queues
+    drained), at most ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    last = live_updates(metrics_urls)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = live_updates(metrics_urls)
+        if now == last:
+            return
+        last = now
+
+
+async def load_and_probe(
+    settings: StackSettings,
+    token: str,
+    source: Iterator[list[epb.AppEvent]],
+    probe: tuple[str, str, str, float],
+    load: tuple[int, float, float, int],
+) -> tuple[tuple[int, HdrHistogram, Counter[str]], float | None]:
+    """The load (senders, seconds, rate, batch size), and halfway through
+    it one event's freshness (user, item, event type, value)."""
+    target = f"{settings.host}:{settings.envoy_port}"
+    features = f"{settings.host}:{settings.features_port}"
+    senders, duration_s, rate, batch_size = load
+
+    async def probe_later() -> float | None:
+        await asyncio.sleep(duration_s / 2)
+        tls_dir = settings.data_dir / "tls"
+        return await freshness_s(target, features, tls_dir, token, *probe)
+
+    return await asyncio.gather(
+        push_for(target, token, source, senders, duration_s, rate, batch_size), probe_later()
+    )
+
+
 def run(
-    target: str,
-    features: str,
-    data_dir: Path,
+    settings: StackSettings,
     users: list[str],
     items: list[str],
     event_type: str,
@@ -131,27 +211,31 @@ def run(
     senders: int,
     batch: int,
     duration_s: float,
+    rate: float = 0.0,
 ) -> dict[str, object]:
-    token = (data_dir / "auth" / "app.token").read_text().strip()
-    processes = stack_processes()
-    missing = [name for name, found in processes.items() if not found]
-    if missing:
-        raise SystemExit(f"not running: {', '.join(missing)} (start the stack first)")
-    processes["load generator (this process)"] = [psutil.Process()]
+    target = f"{settings.host}:{settings.envoy_port}"
+    metrics = [
+        f"http://{settings.host}:{settings.metrics_port('gateway', r)}/metrics"
+        for r in range(len(settings.gateway_ports))
+    ]
+    token = (settings.data_dir / "auth" / "app.token").read_text().strip()
+    processes = running_processes()
     source = batches(users, items, batch, event_type, value)
     asyncio.run(push_for(target, token, source, 1, 2.0))  # warm: connections, caches
+    settled(metrics)  # what earlier runs queued is applied first
     before = {name: cpu_seconds(p) for name, p in processes.items()}
+    live_before = live_updates(metrics)
     started = time.perf_counter()
-    acknowledged, latency, errors = asyncio.run(
-        push_for(target, token, source, senders, duration_s)
+    probe = (users[0], items[-1], event_type, value)
+    (acknowledged, latency, errors), fresh = asyncio.run(
+        load_and_probe(settings, token, source, probe, (senders, duration_s, rate, batch))
     )
     elapsed = time.perf_counter() - started
     spent = {name: cpu_seconds(p) - before[name] for name, p in processes.items()}
-    fresh = asyncio.run(
-        freshness_s(target, features, token, users[0], items[-1], event_type, value)
-    )
+    live = {k: v - live_before.get(k, 0.0) for k, v in live_updates(metrics).items()}
     per_event = {name: round(1e6 * s / max(acknowledged, 1), 1) for name, s in spent.items()}
     return {
+        "rate_events_per_s": rate or "as fast as acknowledged",
         "senders": senders,
         "batch": batch,
         "duration_s": round(elapsed, 1),
@@ -160,9 +244,13 @@ def run(
         "batch_p50_ms": round(latency.get_value_at_percentile(50) / 1000, 2),
         "batch_p99_ms": round(latency.get_value_at_percentile(99) / 1000, 2),
         "errors": dict(errors),
+        # Applied to the live features during the run (the rest: queued or dropped).
+        "live_updated_per_s": round(live["updated"] / elapsed, 1),
+        "live_dropped": int(live["dropped"]),
+        "live_failed": int(live["failed"]),
         "cpu_us_per_event": per_event,
         "total_cpu_us_per_event": round(
             sum(us for name, us in per_event.items() if not name.startswith("load")), 1
         ),
-        "freshness_s": None if fresh is None else round(fresh, 3),
+        "freshness_under_load_s": None if fresh is None else round(fresh, 3),
     }

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pandas as pd
 from feast import FeatureStore
 from feast.data_source import PushMode
@@ -19,7 +21,7 @@ from recserve_kit.errors import InvalidArgument
 from recserve_kit.validation import check_id
 from services.features.config import FeaturesSettings
 from services.features.items import ItemReader
-from services.features.records import Event
+from services.features.records import Event, ItemRecord
 from services.features.users import UserReader
 
 
@@ -81,39 +83,39 @@ class EventWriter:
             frame = pd.DataFrame(rows)
             frame["rating_count"] = frame["rating_count"].astype("int64")
             frame["mean_rating"] = frame["mean_rating"].astype("float32")
-            item_frame = await asyncio.to_thread(self._item_stats_after, events)
+            item_frame, items = await asyncio.to_thread(self._item_stats_after, events)
             await asyncio.to_thread(self.store.push, USER_PUSH_SOURCE, frame, to=PushMode.ONLINE)
             await asyncio.to_thread(
                 self.store.push, ITEM_PUSH_SOURCE, item_frame, to=PushMode.ONLINE
             )
-            # The items' popularity changed: the next read must not see the old
-            # one, and watchers (the ranker's feature table) get the new values.
-            changed = list(item_frame["item_id"])
-            self.items.invalidate(changed)
-            fresh = await asyncio.to_thread(self.items.read, changed)
-            self.items.catalogue.update([r for r in fresh if r.found])
+            # The items' popularity changed: the cache and watchers (the
+            # ranker's feature table) get the values just written, as a read
+            # would give them (not read back: a third of an event's CPU).
+            self.items.replace(items)
         return len(events)
 
-    def _item_stats_after(self, events: Sequence[Event]) -> pd.DataFrame:
-        item_ids = sorted({e.item_id for e in events})
-        current = {r.item_id: r for r in self.items.read(item_ids)}
-        rows = []
-        for item_id in item_ids:
-            record = current[item_id]
-            ratings = [e.rating for e in events if e.item_id == item_id]
+    def _item_stats_after(self, events: Sequence[Event]) -> tuple[pd.DataFrame, list[ItemRecord]]:
+        """The items' new statistics, as a frame to push and as records."""
+        by_item: dict[str, list[float]] = {}
+        for event in events:
+            by_item.setdefault(event.item_id, []).append(event.rating)
+        item_ids = sorted(by_item)
+        now = datetime.now(UTC)
+        rows, records = [], []
+        for record in self.items.read(item_ids):
+            ratings = by_item[record.item_id]
             rated = [r for r in ratings if r > 0]
             count = record.popularity + len(ratings)
             total = record.mean_rating * record.popularity + sum(rated)
             mean = total / (record.popularity + len(rated)) if rated else record.mean_rating
+            mean = float(np.float32(mean))  # as the online store keeps it
             rows.append(
-                {
-                    "item_id": item_id,
-                    "popularity": count,
-                    "mean_rating": mean,
-                    "event_timestamp": datetime.now(UTC),
-                }
-            )
+                {"item_id": record.item_id, "popularity": count, "mean_rating": mean,
+                 "event_timestamp": now}
+            )  # fmt: skip
+            # Written, so found (as a read would say), with its other features.
+            records.append(replace(record, found=True, popularity=count, mean_rating=mean))
         frame = pd.DataFrame(rows)
         frame["popularity"] = frame["popularity"].astype("int64")
         frame["mean_rating"] = frame["mean_rating"].astype("float32")
-        return frame
+        return frame, records

@@ -102,6 +102,15 @@ class ItemReader:
         """Serves these records to watchers, replacing the previous catalogue (loop thread)."""
         self.catalogue.replace([r for r in records if r.found], version)
 
+    def replace(self, records: Sequence[ItemRecord]) -> None:
+        """Records just written to the online store: cached, and sent to
+        watchers."""
+        if self.settings.item_cache_size:
+            with self._cache_lock:
+                for record in records:
+                    self.cache[record.item_id] = record
+        self.catalogue.update([r for r in records if r.found])
+
     def invalidate(self, item_ids: Sequence[str] | None = None) -> None:
         with self._cache_lock:
             if item_ids is None:

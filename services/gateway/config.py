@@ -103,6 +103,14 @@ class GatewaySettings(ServiceSettings):
         description="Impressions held in memory for the log writer; past it they are "
         "dropped and counted (recserve_gateway_impressions_total{outcome=dropped}).",
     )
+    live_update_queue: int = Field(
+        5_000,
+        ge=1,
+        description="Kept events waiting for the features service (the users' live features); "
+        "past it they are kept but not applied live, and counted "
+        "(recserve_gateway_event_online_updates_total{outcome=dropped}): how stale live "
+        "features may get under an event flood.",
+    )
 
     @model_validator(mode="after")
     def stages_fit_budget(self) -> GatewaySettings:

@@ -25,14 +25,13 @@ import grpc
 from prometheus_client import Counter
 
 from recserve.features.v1 import features_pb2 as fpb
-from recserve.features.v1 import features_pb2_grpc
 from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.jsonl_log import JsonlLog, JsonlTail
-from recserve_kit.tracing import outbound_metadata
 from recserve_kit.validation import check_id
 from recserve_model.catalogue import CatalogueSchema
+from services.gateway.online_updates import OnlineUpdates
 from services.gateway.outcome_metrics import OutcomeMetrics
 
 EVENTS = Counter(
@@ -40,13 +39,7 @@ EVENTS = Counter(
     "App events by outcome: kept, duplicate (an event id kept before), refused (a bad batch).",
     ["outcome"],
 )
-ONLINE = Counter(
-    "recserve_gateway_event_online_updates_total",
-    "Kept events sent on to the users' live features: updated, or failed (kept, not applied live).",
-    ["outcome"],
-)
 MAX_BATCH = 1000
-ONLINE_TIMEOUT_S = 1.0
 log = logging.getLogger(__name__)
 FUTURE_S = 86400
 
@@ -174,12 +167,12 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
         self,
         log: EventLog,
         schema: Callable[[], CatalogueSchema],
-        features: features_pb2_grpc.FeatureServiceStub | None = None,
+        online: OnlineUpdates | None = None,
         outcomes: OutcomeMetrics | None = None,
     ) -> None:
         self.log = log
         self.schema = schema
-        self.features = features
+        self.online = online or OnlineUpdates(None)
         self.outcomes = outcomes or OutcomeMetrics()
 
     async def PushEvents(
@@ -193,34 +186,21 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
             raise
         new = await self.log.keep(records)
         self.outcomes.events(new)
-        await self.update_online(new, schema, context)
+        self.update_online(new, schema, context)
         return epb.PushEventsResponse(accepted=len(new), duplicates=len(records) - len(new))
 
-    async def update_online(
+    def update_online(
         self,
         records: list[dict[str, Any]],
         schema: CatalogueSchema,
         context: grpc.aio.ServicerContext,
     ) -> None:
         """The users' live features, so their next Recommend reflects the
-        events; with the app's own token. The events are kept already: a
-        features service that fails is counted and logged, not the caller's
-        error."""
-        events = online_events(records, schema)
-        if self.features is None or not events:
-            return
-        token = [(k, v) for k, v in context.invocation_metadata() or () if k == "authorization"]
-        try:
-            await self.features.PushUserEvents(
-                fpb.PushUserEventsRequest(events=events),
-                timeout=ONLINE_TIMEOUT_S,
-                metadata=[*outbound_metadata(), *token],
-            )
-        except grpc.aio.AioRpcError as error:
-            ONLINE.labels("failed").inc(len(events))
-            log.warning(
-                "kept %d events but could not update live features: %s %s",
-                len(events), error.code().name, error.details(),
-            )  # fmt: skip
-            return
-        ONLINE.labels("updated").inc(len(events))
+        events: queued for the features service (services.gateway
+        .online_updates) with the app's own token. The events are kept
+        already: a features service that fails is counted and logged, not
+        the caller's error, and does not hold up the reply."""
+        token = tuple(
+            (k, v) for k, v in context.invocation_metadata() or () if k == "authorization"
+        )
+        self.online.submit(online_events(records, schema), token)

@@ -23,8 +23,9 @@ from recserve_model.artifacts import ArtifactError
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.domain import Gateway
-from services.gateway.events import EventLog, EventServicer
+from services.gateway.events import MAX_BATCH, EventLog, EventServicer
 from services.gateway.impressions import Impressions, RolloutArms
+from services.gateway.online_updates import OnlineUpdates
 from services.gateway.popular import PopularItems
 from services.gateway.segment_lists import SegmentLists
 from services.gateway.servicer import GatewayServicer
@@ -143,7 +144,10 @@ async def create_server(settings: GatewaySettings) -> Service:
     impressions, event_log = recorders(settings)
     # The events API counts each event under the lists this gateway showed.
     events = EventServicer(
-        event_log, gateway.catalogue.schema, gateway.backends.features, impressions.outcomes
+        event_log,
+        gateway.catalogue.schema,
+        OnlineUpdates(gateway.backends.features, MAX_BATCH, settings.live_update_queue),
+        impressions.outcomes,
     )
     registrations = [
         Registration(GatewayServicer(gateway, impressions), SERVICE_NAME),

@@ -97,7 +97,7 @@ async def test_unknown_entities_get_defaults_not_errors(features):
     ]
 
 
-async def test_item_cache_serves_repeats_and_push_is_visible_and_invalidates(features):
+async def test_item_cache_serves_repeats_and_a_push_caches_what_it_wrote(features):
     stub, _ = features
     ids = ["10", "11", "12"]
     _, service = features
@@ -124,8 +124,13 @@ async def test_item_cache_serves_repeats_and_push_is_visible_and_invalidates(fea
     expected_mean = (before.mean_rating * before.rating_count + 5.0) / (before.rating_count + 1)
     assert after.mean_rating == pytest.approx(expected_mean, rel=1e-5)
     third = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
-    assert third.cache_hits == 2  # item 11 changed, so it was re-read
+    # Item 11 changed: the cache holds what the push wrote, not the old value.
+    assert third.cache_hits == 3
     assert third.items[1].popularity == second.items[1].popularity + 1
+    # And that is what the online store holds: read again past the cache.
+    service.domain.invalidate_items(["11"])
+    fourth = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
+    assert fourth.cache_hits == 2 and fourth.items[1] == third.items[1]
 
 
 async def test_bad_input_is_refused_whole_with_the_field_named(features):

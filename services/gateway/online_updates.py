@@ -1,0 +1,110 @@
+"""Kept events on to the users' live features, off the events call's path.
+
+The events call answers once its batch is on disk; the features service
+gets the batch's taste-changing events from a queue drained by one sender,
+which merges what queued while its last call ran (up to ``max_batch``
+events a call): at a marketplace's event rate the features service then
+writes a few large batches a second instead of a call per events call, and
+a slow features service slows nobody's events call. The queue is bounded:
+past ``max_queued`` events a batch is dropped from the live update (kept on
+disk, learned at the next build), counted and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+
+import grpc
+from prometheus_client import Counter
+
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
+from recserve_kit.tracing import outbound_metadata
+
+ONLINE = Counter(
+    "recserve_gateway_event_online_updates_total",
+    "Kept events sent on to the users' live features: updated, failed, or dropped (the queue "
+    "was full); the latter two are kept, not applied live.",
+    ["outcome"],
+)
+TIMEOUT_S = 10.0  # one merged call of up to max_batch events
+LOG_EVERY_S = 10.0  # a full queue is logged at most this often
+log = logging.getLogger(__name__)
+Metadata = tuple[tuple[str, str], ...]
+
+
+class OnlineUpdates:
+    def __init__(
+        self,
+        features: features_pb2_grpc.FeatureServiceStub | None,
+        max_batch: int = 1000,
+        max_queued: int = 100_000,
+    ) -> None:
+        self.features = features
+        self.max_batch = max_batch
+        self.max_queued = max_queued
+        self.queue: deque[tuple[Metadata, list[fpb.UserEvent]]] = deque()
+        self.queued = 0
+        self._sender: asyncio.Task[None] | None = None
+        self._dropped_logged_at = 0.0
+
+    def submit(self, events: Sequence[fpb.UserEvent], token: Metadata) -> None:
+        """Queues ``events`` (sent with the caller's ``token``)."""
+        if self.features is None or not events:
+            return
+        if self.queued + len(events) > self.max_queued:
+            ONLINE.labels("dropped").inc(len(events))
+            if time.monotonic() - self._dropped_logged_at > LOG_EVERY_S:
+                self._dropped_logged_at = time.monotonic()
+                log.warning("live feature updates queue full: %d events kept, not applied live",
+                            len(events))  # fmt: skip
+            return
+        self.queue.append((token, list(events)))
+        self.queued += len(events)
+        if self._sender is None or self._sender.done():
+            # A context of its own: not the trace of the call that started it.
+            self._sender = asyncio.create_task(self._drain(), context=contextvars.Context())
+
+    def _next_call(self) -> tuple[Metadata, list[fpb.UserEvent]]:
+        """The queued events of one token, oldest first, up to max_batch."""
+        token, events = self.queue.popleft()
+        while self.queue and self.queue[0][0] == token:
+            more = self.queue[0][1]
+            if len(events) + len(more) > self.max_batch:
+                break
+            events += more
+            self.queue.popleft()
+        if len(events) > self.max_batch:  # one batch larger than the features service takes
+            self.queue.appendleft((token, events[self.max_batch :]))
+            events = events[: self.max_batch]
+        self.queued -= len(events)
+        return token, events
+
+    async def _drain(self) -> None:
+        assert self.features is not None
+        while self.queue:
+            token, events = self._next_call()
+            try:
+                await self.features.PushUserEvents(
+                    fpb.PushUserEventsRequest(events=events),
+                    timeout=TIMEOUT_S,
+                    metadata=[*outbound_metadata(), *token],
+                )
+            except grpc.aio.AioRpcError as error:
+                ONLINE.labels("failed").inc(len(events))
+                log.warning(
+                    "kept %d events but could not update live features: %s %s",
+                    len(events), error.code().name, error.details(),
+                )  # fmt: skip
+                continue
+            ONLINE.labels("updated").inc(len(events))
+
+    async def idle(self) -> None:
+        """Until everything queued has been sent (tests, shutdown)."""
+        while self._sender is not None and not self._sender.done():
+            await asyncio.shield(self._sender)
