@@ -126,6 +126,28 @@ def user_message(row):
     )
 
 
+async def started_ranker(data_dir: Path, repository: Path, triton: Any, **settings: Any) -> Any:
+    """A ranker service in this process on ``data_dir``'s repository, started
+    and ready (its models loaded in ``triton``, a running server)."""
+    from services.ranker.config import RankerSettings
+    from services.ranker.server import create_server
+
+    service = await create_server(
+        RankerSettings(
+            port=0,
+            data_dir=data_dir,
+            triton_url=triton.grpc_url,
+            triton_repository=repository,
+            shutdown_drain_s=0,
+            health_interval_s=0.1,
+            **settings,
+        )
+    )
+    await service.start()
+    await apoll_until(lambda: service.domain.models_ready(), 60)
+    return service
+
+
 def ranker_catalog(directory: Path) -> tuple[Any, Any]:
     """(users, items): an artifact's joined user and item feature tables."""
     import pandas as pd

@@ -29,7 +29,13 @@ from services.features.domain import Event
 from services.features.server import create_server as create_features_server
 from services.ranker.config import RankerSettings
 from services.ranker.server import create_server
-from tests.helpers import apoll_until, data_dir_with_artifacts, ranker_catalog, user_message
+from tests.helpers import (
+    apoll_until,
+    data_dir_with_artifacts,
+    ranker_catalog,
+    started_ranker,
+    user_message,
+)
 from tests.helpers import ranker_candidates as candidates
 
 
@@ -70,17 +76,7 @@ def triton(setup):
 @pytest.fixture
 async def ranker(setup, triton):
     root, repository, _ = setup
-    settings = RankerSettings(
-        port=0,
-        data_dir=root,
-        triton_url=triton.grpc_url,
-        triton_repository=repository,
-        shutdown_drain_s=0,
-        health_interval_s=0.1,
-    )
-    service = await create_server(settings)
-    await service.start()
-    await apoll_until(lambda: service.domain.models_ready(), 60)
+    service = await started_ranker(root, repository, triton)
     channel = grpc.aio.insecure_channel(service.address)
     yield ranker_pb2_grpc.RankerServiceStub(channel), service, channel
     await channel.close()

@@ -16,9 +16,13 @@ from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_delivery import state as rollout_state
 from recserve_model import artifacts
 from recserve_stack.triton_process import running_triton
-from services.ranker.config import RankerSettings
-from services.ranker.server import create_server
-from tests.helpers import apoll_until, ranker_candidates, ranker_catalog, user_message
+from tests.helpers import (
+    apoll_until,
+    ranker_candidates,
+    ranker_catalog,
+    started_ranker,
+    user_message,
+)
 
 MODELS = ["user_tower", "ranker", "item_tower"]
 
@@ -48,20 +52,8 @@ def triton(setup):
         yield server
 
 
-async def started_ranker(root, repository, triton):
-    settings = RankerSettings(
-        port=0,
-        data_dir=root,
-        triton_url=triton.grpc_url,
-        triton_repository=repository,
-        shutdown_drain_s=0,
-        health_interval_s=0.1,
-        rollout_interval_s=0.1,
-    )
-    service = await create_server(settings)
-    await service.start()
-    await apoll_until(lambda: service.domain.models_ready(), 60)
-    return service
+async def ranker_on(root, repository, triton):
+    return await started_ranker(root, repository, triton, rollout_interval_s=0.1)
 
 
 async def answered_by(stub, built) -> str:
@@ -74,7 +66,7 @@ async def answered_by(stub, built) -> str:
 
 async def test_the_ranker_follows_current_and_load_model_moves_it(setup, triton, built):
     root, repository, own = setup
-    service = await started_ranker(root, repository, triton)
+    service = await ranker_on(root, repository, triton)
     try:
         async with grpc.aio.insecure_channel(service.address) as channel:
             stub = ranker_pb2_grpc.RankerServiceStub(channel)
@@ -111,7 +103,7 @@ async def test_the_ranker_follows_current_and_load_model_moves_it(setup, triton,
     # on the stable it had persisted.
     assert rollout_state.load(root).stable == built.version
     artifacts.set_current(root, own)
-    service = await started_ranker(root, repository, triton)
+    service = await ranker_on(root, repository, triton)
     try:
         async with grpc.aio.insecure_channel(service.address) as channel:
             stub = ranker_pb2_grpc.RankerServiceStub(channel)
@@ -131,7 +123,7 @@ async def test_a_copy_of_current_stays_the_stable(setup, triton, built):
         if model.name in MODELS:
             publish_model(repository, model, root / "artifacts" / own, copy)
     artifacts.set_current(root, own)
-    service = await started_ranker(root, repository, triton)
+    service = await ranker_on(root, repository, triton)
     try:
         async with grpc.aio.insecure_channel(service.address) as channel:
             stub = ranker_pb2_grpc.RankerServiceStub(channel)
