@@ -110,10 +110,11 @@ def same_files(data_dir: Path, version: str, other: str) -> bool:
 
 def current(data_dir: Path) -> Path:
     """The verified directory of the current version."""
-    pointer = artifacts_root(data_dir) / "CURRENT"
-    if not pointer.exists():
+    version = current_version(data_dir)
+    if version is None:
+        pointer = artifacts_root(data_dir) / "CURRENT"
         raise ArtifactError(f"{pointer}: no model artifact yet; run `make artifacts`")
-    directory = artifacts_root(data_dir) / pointer.read_text().strip()
+    directory = artifacts_root(data_dir) / version
     verify(directory)
     return directory
 

@@ -23,12 +23,12 @@ class CurrentPointer:
         # (CURRENT, the pinned version) last found to need no switch.
         self._settled: tuple[str, str] | None = None
 
-    def served_by(self, version: str, ranking: dict[str, int]) -> bool:
-        """Whether ``version`` serves what CURRENT names (its files: a
-        rehearsal copy links to them), as far as the ranker can follow:
-        CURRENT's version must be in the Triton repository, and without
-        CURRENT there is nothing to follow."""
-        current = artifacts.current_version(self.data_dir)
+    def served_by(self, version: str, ranking: dict[str, int], current: str | None = None) -> bool:
+        """Whether ``version`` serves what CURRENT (``current``, read here
+        when not given) names (its files: a rehearsal copy links to them),
+        as far as the ranker can follow: CURRENT's version must be in the
+        Triton repository, and without CURRENT there is nothing to follow."""
+        current = current or artifacts.current_version(self.data_dir)
         if current is None or current not in ranking:
             return True
         return artifacts.same_files(self.data_dir, version, current)
@@ -44,7 +44,7 @@ class CurrentPointer:
             ranking = self.ranking_versions()
         except ValueError:  # being written
             return None
-        if self.served_by(pinned, ranking):
+        if self.served_by(pinned, ranking, current):
             self._settled = (current, pinned)
             return None
         return current

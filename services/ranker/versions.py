@@ -149,8 +149,7 @@ class ModelVersions:
         ranking = read_versions(self.settings, self.settings.ranking_model)
         if not ranking:
             raise FailedPrecondition("the Triton repository holds no ranking model")
-        pointer = artifacts.artifacts_root(self.settings.data_dir) / "CURRENT"
-        current = pointer.read_text().strip() if pointer.exists() else ""
+        current = artifacts.current_version(self.settings.data_dir)
         return current if current in ranking else max(ranking, key=lambda v: ranking[v])
 
     async def models_ready(self) -> bool:

@@ -1,0 +1,42 @@
+#!/bin/bash
+# Side by side: an earlier commit's stack and this working tree's, alternating
+# (the earlier one first in odd rounds), each started fresh on the same data dir.
+#   bench/ab_commit.sh 47bd53d 2 "events:400 events:1000 events:0"   # bench events --rate R (0: closed loop)
+#   bench/ab_commit.sh 6935dd2 2 cpu                                  # bench cpu at 50/s
+# The earlier commit is checked out in a worktree under build/ (its own code,
+# this tree's environments and generated stubs). Writes
+# build/bench/<measurement>-<before|after>-<round>.json.
+set -u
+commit=$1 rounds=$2 measurements=$3
+cd "$(dirname "$0")/.."
+here=$(pwd) python=$(pwd)/.venv/bin/python
+data=${RECSERVE_STACK_DATA_DIR:-$here/data}
+before=$here/build/ab-$commit
+[ -d "$before" ] || git worktree add -q "$before" "$commit"
+for link in .venv .venv-triton build gen; do [ -e "$before/$link" ] || ln -s "$here/$link" "$before/$link"; done
+mkdir -p build/bench
+for round in $(seq "$rounds"); do
+  if [ $((round % 2)) = 1 ]; then sides="before after"; else sides="after before"; fi
+  for side in $sides; do
+    if [ $side = before ]; then tree=$before; else tree=$here; fi
+    log=build/bench/ab-$side.log
+    (cd "$tree" && RECSERVE_STACK_DATA_DIR=$data PYTHONPATH=$tree:$tree/libs:$tree/apps:$here/gen/python \
+      $python -m recserve_stack up > "$here/$log" 2>&1) &
+    pid=$!
+    for _ in $(seq 180); do grep -q "recserve stack ready" "$log" && break; sleep 1; done
+    for what in $measurements; do
+      out=build/bench/${what/:/-}-$side-$round.json
+      case $what in
+        cpu) $python -m bench load --rate 20 --duration 5 > /dev/null
+             RECSERVE_STACK_DATA_DIR=$data $python -m bench cpu --rate 50 --duration 20 --out "$out" > /dev/null ;;
+        events:*) RECSERVE_STACK_DATA_DIR=$data $python -m bench events --duration 20 \
+                    --rate "${what#events:}" --out "$out" > /dev/null ;;
+        *) echo "unknown measurement: $what (cpu, events:RATE)" >&2 ;;
+      esac
+      echo "round $round $side $what: $out"
+    done
+    pkill -INT -f "recserve_stack up"
+    wait $pid
+    sleep 5
+  done
+done
