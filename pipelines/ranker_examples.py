@@ -249,15 +249,15 @@ def significant_best(per_user: dict[Blend, torch.Tensor]) -> Blend:
     if not singles or best in singles:
         return best
     single = max(singles, key=lambda blend: (means[blend], blend))
-    diff = per_user[best] - per_user[single]
+    return best if significantly_better(per_user[best], per_user[single]) else single
+
+
+def significantly_better(per_user: torch.Tensor, than: torch.Tensor) -> bool:
+    """Whether ``per_user`` (each user's NDCG) beats ``than`` (the same
+    users') by more than SIGNIFICANCE standard errors of their paired difference."""
+    diff = per_user - than
     error = float(diff.std()) / max(len(diff), 1) ** 0.5
-    return best if float(diff.mean()) > SIGNIFICANCE * error else single
-
-
-def ndcg_at_10(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Mean NDCG@10 of each row's candidates ranked by ``scores`` (rows
-    without a label left out)."""
-    return float(ndcg_per_user(scores, labels).mean())
+    return float(diff.mean()) > SIGNIFICANCE * error
 
 
 def ndcg_per_user(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
