@@ -73,7 +73,7 @@ java:  ## a Java runtime for Spark (the re-scoring job); these machines have Jav
 # TypeScript client from its locked npm packages; Playwright and Debian's
 # chromium for the explorer's browser test.
 CLIENT_WHEEL := build/clients/recserve_client-0.1.0-py3-none-any.whl
-CLIENT_API := protos/recserve/recommend/v1/recommend.proto
+CLIENT_API := protos/recserve/recommend/v1/recommend.proto protos/recserve/recommend/v1/events.proto
 .PHONY: clients explorer
 $(CLIENT_WHEEL): $(VENV)/.paths $(CLIENT_API) $(shell find clients/python -name '*.py' -not -path '*/build/*') clients/python/pyproject.toml
 	rm -rf build/clients clients/python/build

@@ -18,7 +18,8 @@ CLIENT = ROOT / "clients" / "python"
 SCRIPT = """
 import json, sys
 import recserve_client
-from recserve_client import InvalidRequest, RecserveClient
+from recserve_client import ClientOptions, Event, EventBatcher, InvalidRequest, RecserveClient
+from recserve_client import new_event_id
 with RecserveClient(sys.argv[1]) as client:
     similar = client.similar_items("50", k=3, debug=True)
     try:
@@ -26,7 +27,16 @@ with RecserveClient(sys.argv[1]) as client:
         field = None
     except InvalidRequest as error:
         field = error.field
-print(json.dumps({"module": recserve_client.__file__, "similar": similar.item_ids, "field": field}))
+# The events API, with the app token: through the batcher, then the same event again.
+event = Event(new_event_id(), "wheel-1", "50", "rating", value=4.0)
+with RecserveClient(sys.argv[1], ClientOptions(token=sys.argv[2])) as client:
+    with EventBatcher(client) as batcher:
+        batcher.add(event)
+    again = client.push_events([event])
+events = {"accepted": batcher.stats.accepted, "again": [again.accepted, again.duplicates]}
+print(json.dumps(
+    {"module": recserve_client.__file__, "similar": similar.item_ids, "field": field} | events
+))
 """
 
 
@@ -58,7 +68,9 @@ def test_the_wheel_in_a_clean_environment_calls_the_stack(stack, client, tmp_pat
               "--json", "--target", stack.envoy_address, cwd=tmp_path)  # fmt: skip
     answer = json.loads(out)
     assert len(answer["items"]) == 5 and all(i["title"] for i in answer["items"])
-    result = json.loads(run(python, "-c", SCRIPT, stack.envoy_address, cwd=tmp_path))
+    app_token = (stack.data_dir / "auth" / "app.token").read_text().strip()
+    result = json.loads(run(python, "-c", SCRIPT, stack.envoy_address, app_token, cwd=tmp_path))
     assert result["module"].startswith(str(venv)), result["module"]
     assert len(result["similar"]) == 3 and "50" not in result["similar"]
     assert result["field"] == "k"
+    assert result["accepted"] == 1 and result["again"] == [0, 1]  # kept once per event id

@@ -15,7 +15,8 @@ PACKAGE = ROOT / "clients" / "typescript"
 def test_the_typescript_client_against_the_stack(stack, client):
     assert (PACKAGE / "dist" / "test").is_dir(), "build it first: make clients"
     full_answer(client)
-    env = {**os.environ, "RECSERVE_ENVOY_ADDRESS": stack.envoy_address}
+    token = (stack.data_dir / "auth" / "app.token").read_text().strip()
+    env = {**os.environ, "RECSERVE_ENVOY_ADDRESS": stack.envoy_address, "RECSERVE_APP_TOKEN": token}
     done = subprocess.run(
         ["node", "--test", "dist/test/"],
         cwd=PACKAGE,

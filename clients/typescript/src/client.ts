@@ -1,9 +1,11 @@
 // The client: one HTTP/2 connection to Envoy (kept alive with pings),
-// gRPC over it through Connect, deadlines and the retry policy on every read.
+// gRPC over it through Connect, deadlines and the retry policy on every read;
+// PushEvents on the same connection, sent once (EventBatcher retries it).
 import { create } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { fromError } from "./errors.js";
+import { EventService, PushEventsRequestSchema } from "./gen/recserve/recommend/v1/events_pb.js";
 import {
   RecommendRequestSchema,
   RecommendService,
@@ -16,7 +18,14 @@ import {
   retryPolicy,
   type ClientOptions,
 } from "./options.js";
-import { recommendations, type Recommendations, type UserAttributes } from "./results.js";
+import {
+  appEvent,
+  recommendations,
+  type Event,
+  type PushResult,
+  type Recommendations,
+  type UserAttributes,
+} from "./results.js";
 import { retryInterceptor } from "./retry.js";
 
 /** One condition on a filterable attribute the catalogue declares: `anyOf`
@@ -56,10 +65,22 @@ export interface SimilarOptions extends CallOptions {
   userId?: string;
 }
 
+/** PushEvents' deadline when a call names none: Envoy's own for the events
+ * API. The reply waits for the batch (up to 1,000 events) to be on disk, so a
+ * write is not held to a read's 1 s. */
+export const EVENTS_TIMEOUT_MS = 5000;
+
+export interface PushOptions {
+  /** This call's deadline (default `EVENTS_TIMEOUT_MS`). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
 export class RecserveClient {
   readonly target: string;
   private readonly session: Http2SessionManager;
   private readonly client: Client<typeof RecommendService>;
+  private readonly events: Client<typeof EventService>;
   private readonly timeoutMs: number;
 
   /** Make one per process and keep it: it holds one connection. */
@@ -100,6 +121,8 @@ export class RecserveClient {
       interceptors,
     });
     this.client = createClient(RecommendService, transport);
+    // The retry interceptor passes it through: it names the reads only.
+    this.events = createClient(EventService, transport);
   }
 
   private call(options: CallOptions) {
@@ -138,6 +161,23 @@ export class RecserveClient {
     });
     try {
       return recommendations(await this.client.similarItems(request, this.call(options)));
+    } catch (error) {
+      throw fromError(error);
+    }
+  }
+
+  /** One PushEvents call: 1 to 1,000 events, kept all or none (a bad one
+   * raises `InvalidRequestError` naming it, `events[N].field`), on disk when
+   * it resolves. Sent once: a failed call may or may not have been kept, and
+   * sending the same events again is counted once (by their ids). Needs an
+   * app token (`ClientOptions.token`). An app backend sends through an
+   * `EventBatcher` instead, off its request path. */
+  async pushEvents(events: Iterable<Event>, options: PushOptions = {}): Promise<PushResult> {
+    const request = create(PushEventsRequestSchema, { events: Array.from(events, appEvent) });
+    const call = { timeoutMs: options.timeoutMs ?? EVENTS_TIMEOUT_MS, signal: options.signal };
+    try {
+      const reply = await this.events.pushEvents(request, call);
+      return { accepted: reply.accepted, duplicates: reply.duplicates };
     } catch (error) {
       throw fromError(error);
     }

@@ -1,10 +1,19 @@
-export { RecserveClient } from "./client.js";
+export { EVENTS_TIMEOUT_MS, RecserveClient } from "./client.js";
 export type {
   AttributeCondition,
   CallOptions,
+  PushOptions,
   RecommendOptions,
   SimilarOptions,
 } from "./client.js";
+export {
+  checkEvent,
+  EventBatcher,
+  MAX_BATCH,
+  newEventId,
+  type BatcherOptions,
+  type BatcherStats,
+} from "./events.js";
 export {
   DeadlineExceededError,
   InvalidRequestError,
@@ -24,8 +33,10 @@ export {
   type TlsOptions,
 } from "./options.js";
 export type {
+  Event,
   Explanation,
   Item,
+  PushResult,
   Recommendations,
   StageTiming,
   UserAttributes,

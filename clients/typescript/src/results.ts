@@ -1,4 +1,6 @@
 // Typed results, independent of the generated classes.
+import { create } from "@bufbuild/protobuf";
+import { AppEventSchema, type AppEvent } from "./gen/recserve/recommend/v1/events_pb.js";
 import {
   DegradedReason,
   FallbackSource,
@@ -95,4 +97,43 @@ export function recommendations(reply: RecommendResponse | SimilarItemsResponse)
     recommendationId: typeof id === "string" && id ? id : null,
     raw: reply,
   };
+}
+
+/** One thing a user did with an item, for the events API.
+ *
+ * `eventId` is yours and unique per event: derive it from your own record of
+ * what happened (the click's id), so that sending it again (your retry, the
+ * batcher's) is counted once; `newEventId()` only for an event that has no id
+ * of its own. `eventType`: one the dataset declares; `value`: within its
+ * range for a type with one (a rating), else 0. `timestamp`: whole seconds
+ * since 1970 UTC, 0 (the default) for now. `recommendationId`: the answer the
+ * item was shown in, when it was. */
+export interface Event {
+  eventId: string;
+  userId: string;
+  itemId: string;
+  eventType: string;
+  value?: number;
+  timestamp?: number;
+  recommendationId?: string;
+}
+
+/** What one PushEvents call kept: `accepted` new events, and `duplicates`,
+ * events whose id was kept before (not kept again). */
+export interface PushResult {
+  accepted: number;
+  duplicates: number;
+}
+
+export function appEvent(e: Event): AppEvent {
+  return create(AppEventSchema, {
+    eventId: e.eventId,
+    userId: e.userId,
+    itemId: e.itemId,
+    eventType: e.eventType,
+    // int64 on the wire; BigInt throws on a fraction rather than sending a rounded time.
+    timestamp: BigInt(e.timestamp ?? 0),
+    value: e.value ?? 0,
+    recommendationId: e.recommendationId ?? "",
+  });
 }

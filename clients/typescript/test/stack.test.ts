@@ -1,16 +1,27 @@
 // The client against a running stack through Envoy: RECSERVE_ENVOY_ADDRESS
-// (host:port) says where; without it these tests are skipped.
+// (host:port) says where; without it these tests are skipped. The events
+// test also needs the stack's app token: RECSERVE_APP_TOKEN, or
+// RECSERVE_STACK_DATA_DIR to read it from (<data_dir>/auth/app.token).
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, test } from "node:test";
 import {
+  EventBatcher,
   InvalidRequestError,
   NotFoundError,
   RecserveClient,
+  newEventId,
   type RecommendOptions,
 } from "../src/index.js";
 
 const target = process.env.RECSERVE_ENVOY_ADDRESS;
 const skip = target ? false : "RECSERVE_ENVOY_ADDRESS is not set";
+const dataDir = process.env.RECSERVE_STACK_DATA_DIR;
+const appToken =
+  process.env.RECSERVE_APP_TOKEN ??
+  (dataDir ? readFileSync(join(dataDir, "auth", "app.token"), "utf8").trim() : undefined);
+const skipEvents = skip || (appToken ? false : "RECSERVE_APP_TOKEN is not set");
 const attempts: string[] = [];
 const client = new RecserveClient({ target, onAttempt: (method) => attempts.push(method) });
 after(() => client.close());
@@ -91,4 +102,29 @@ test("attribute filters reach the server; a bad one names its field", { skip }, 
       return true;
     },
   );
+});
+
+test("an event through the batcher, with the app token; pushed again, a duplicate", {
+  skip: skipEvents,
+}, async () => {
+  const app = new RecserveClient({ target, token: appToken });
+  try {
+    // A fresh id each run: the stack remembers the ids it kept. A user of its
+    // own, so that no other test's user sees the event in its features.
+    const event = {
+      eventId: newEventId(),
+      userId: "ts-wheel-1",
+      itemId: "50",
+      eventType: "rating",
+      value: 4,
+    };
+    const batcher = new EventBatcher(app);
+    assert.equal(batcher.add(event), true);
+    assert.equal(await batcher.close(30_000), true);
+    const stats = batcher.stats();
+    assert.equal(stats.accepted, 1, `not accepted: ${stats.lastError}`);
+    assert.deepEqual(await app.pushEvents([event]), { accepted: 0, duplicates: 1 });
+  } finally {
+    app.close();
+  }
 });

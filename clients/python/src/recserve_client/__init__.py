@@ -1,4 +1,5 @@
-"""Client for recserve's RecommendService (Recommend, SimilarItems).
+"""Client for recserve's RecommendService (Recommend, SimilarItems) and
+EventService (PushEvents, and EventBatcher to send events in the background).
 
 from recserve_client import RecserveClient
 
@@ -18,12 +19,15 @@ from recserve_client.errors import (
     RecserveError,
     Unavailable,
 )
+from recserve_client.events import BatcherStats, EventBatcher, new_event_id
 from recserve_client.options import READ_METHODS, ClientOptions, RetryPolicy, TlsOptions
 from recserve_client.results import (
     AttributeCondition,
+    Event,
     Explanation,
     Item,
     ItemFilter,
+    PushResult,
     Recommendations,
     StageTiming,
     UserAttributes,
@@ -34,14 +38,18 @@ __all__ = [
     "READ_METHODS",
     "AsyncRecserveClient",
     "AttributeCondition",
+    "BatcherStats",
     "ClientOptions",
     "DeadlineExceeded",
+    "Event",
+    "EventBatcher",
     "Explanation",
     "InvalidRequest",
     "Item",
     "ItemFilter",
     "NotAuthorized",
     "NotFound",
+    "PushResult",
     "RateLimited",
     "Recommendations",
     "RecserveClient",
@@ -52,4 +60,5 @@ __all__ = [
     "Unavailable",
     "UserAttributes",
     "__version__",
+    "new_event_id",
 ]

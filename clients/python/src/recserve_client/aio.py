@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
 import grpc
 
 from recserve_client import convert
-from recserve_client._proto import recommend_pb2_grpc
+from recserve_client._proto import events_pb2_grpc, recommend_pb2_grpc
 from recserve_client.channel import call_metadata, open_aio_channel
-from recserve_client.client import DEFAULT_TARGET
+from recserve_client.client import DEFAULT_TARGET, EVENTS_TIMEOUT_S
 from recserve_client.errors import from_rpc_error
 from recserve_client.options import ClientOptions
-from recserve_client.results import ItemFilter, Recommendations, UserAttributes
+from recserve_client.results import Event, ItemFilter, PushResult, Recommendations, UserAttributes
 
 
 class AsyncRecserveClient:
@@ -27,18 +27,20 @@ class AsyncRecserveClient:
         self._metadata = call_metadata(target, self.options)
         self._channel = open_aio_channel(target, self.options)
         self._stub = recommend_pb2_grpc.RecommendServiceStub(self._channel)
+        self._events = events_pb2_grpc.EventServiceStub(self._channel)
 
     @property
     def channel(self) -> grpc.aio.Channel:
         return self._channel
 
-    async def _call(self, method: Any, request: Any, timeout_s: float | None) -> Recommendations:
+    async def _invoke(self, method: Any, request: Any, timeout_s: float) -> Any:
         try:
-            reply = await method(
-                request, timeout=timeout_s or self.options.timeout_s, metadata=self._metadata
-            )
+            return await method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+
+    async def _call(self, method: Any, request: Any, timeout_s: float | None) -> Recommendations:
+        reply = await self._invoke(method, request, timeout_s or self.options.timeout_s)
         return convert.recommendations(reply)
 
     async def recommend(
@@ -96,6 +98,14 @@ class AsyncRecserveClient:
             surface=surface,
         )
         return await self._call(self._stub.SimilarItems, request, timeout_s)
+
+    async def push_events(
+        self, events: Iterable[Event], timeout_s: float | None = None
+    ) -> PushResult:
+        """One PushEvents call, sent once; see ``RecserveClient.push_events``."""
+        request = convert.events_request(events)
+        reply = await self._invoke(self._events.PushEvents, request, timeout_s or EVENTS_TIMEOUT_S)
+        return convert.push_result(reply)
 
     async def close(self) -> None:
         await self._channel.close()

@@ -2,29 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
 import grpc
 
 from recserve_client import convert
-from recserve_client._proto import recommend_pb2_grpc
+from recserve_client._proto import events_pb2_grpc, recommend_pb2_grpc
 from recserve_client.channel import call_metadata, open_channel
 from recserve_client.errors import from_rpc_error
 from recserve_client.options import ClientOptions
-from recserve_client.results import ItemFilter, Recommendations, UserAttributes
+from recserve_client.results import Event, ItemFilter, PushResult, Recommendations, UserAttributes
 
 DEFAULT_TARGET = "127.0.0.1:8080"
+# PushEvents' deadline when a call names none: Envoy's own for the events
+# API. The reply waits for the batch (up to 1,000 events) to be on disk, so
+# a write is not held to a read's 1 s.
+EVENTS_TIMEOUT_S = 5.0
 
 
 class RecserveClient:
-    """Calls RecommendService through Envoy.
+    """Calls RecommendService and EventService through Envoy.
 
     Make one per process and keep it: it holds one channel (one HTTP/2
     connection, kept alive), and a client per call would pay a connection
     handshake each time. Reads are retried by the channel's policy
-    (``ClientOptions.retry``) within the call's deadline."""
+    (``ClientOptions.retry``) within the call's deadline; PushEvents is not
+    (``EventBatcher`` retries it)."""
 
     def __init__(self, target: str = DEFAULT_TARGET, options: ClientOptions | None = None) -> None:
         self.target = target
@@ -32,19 +37,21 @@ class RecserveClient:
         self._metadata = call_metadata(target, self.options)
         self._channel = open_channel(target, self.options)
         self._stub = recommend_pb2_grpc.RecommendServiceStub(self._channel)
+        self._events = events_pb2_grpc.EventServiceStub(self._channel)
 
     @property
     def channel(self) -> grpc.Channel:
         """The shared channel, for stubs of services this client does not wrap yet."""
         return self._channel
 
-    def _call(self, method: Any, request: Any, timeout_s: float | None) -> Recommendations:
+    def _invoke(self, method: Any, request: Any, timeout_s: float) -> Any:
         try:
-            reply = method(
-                request, timeout=timeout_s or self.options.timeout_s, metadata=self._metadata
-            )
+            return method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as error:
             raise from_rpc_error(error) from None
+
+    def _call(self, method: Any, request: Any, timeout_s: float | None) -> Recommendations:
+        reply = self._invoke(method, request, timeout_s or self.options.timeout_s)
         return convert.recommendations(reply)
 
     def recommend(
@@ -104,6 +111,17 @@ class RecserveClient:
             surface=surface,
         )
         return self._call(self._stub.SimilarItems, request, timeout_s)
+
+    def push_events(self, events: Iterable[Event], timeout_s: float | None = None) -> PushResult:
+        """One PushEvents call: 1 to 1,000 events, kept all or none (a bad one
+        raises ``InvalidRequest`` naming it, ``events[N].field``), on disk
+        when it returns. Sent once: a failed call may or may not have been
+        kept, and sending the same events again is counted once (by their
+        ids). Needs an app token (``ClientOptions.token``). An app backend
+        sends through an ``EventBatcher`` instead, off its request path."""
+        request = convert.events_request(events)
+        reply = self._invoke(self._events.PushEvents, request, timeout_s or EVENTS_TIMEOUT_S)
+        return convert.push_result(reply)
 
     def close(self) -> None:
         self._channel.close()

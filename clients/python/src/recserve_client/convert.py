@@ -3,14 +3,17 @@ that knows the generated classes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from recserve_client._proto import events_pb2 as epb
 from recserve_client._proto import recommend_pb2 as pb
 from recserve_client.results import (
+    Event,
     Explanation,
     Item,
     ItemFilter,
+    PushResult,
     Recommendations,
     StageTiming,
     UserAttributes,
@@ -129,3 +132,24 @@ def recommendations(reply: pb.RecommendResponse | pb.SimilarItemsResponse) -> Re
         recommendation_id=_optional_string(reply, "recommendation_id"),
         raw=reply,
     )
+
+
+def events_request(events: Iterable[Event]) -> epb.PushEventsRequest:
+    return epb.PushEventsRequest(
+        events=[
+            epb.AppEvent(
+                event_id=e.event_id,
+                user_id=e.user_id,
+                item_id=e.item_id,
+                event_type=e.event_type,
+                timestamp=e.timestamp,
+                value=e.value,
+                recommendation_id=e.recommendation_id,
+            )
+            for e in events
+        ]
+    )
+
+
+def push_result(reply: epb.PushEventsResponse) -> PushResult:
+    return PushResult(accepted=reply.accepted, duplicates=reply.duplicates)

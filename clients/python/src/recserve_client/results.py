@@ -101,3 +101,33 @@ class Recommendations:
         data = asdict(self)
         data.pop("raw")
         return data
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a user did with an item, for the events API.
+
+    ``event_id`` is yours and unique per event: derive it from your own
+    record of what happened (the click's id), so that sending it again (your
+    retry, the batcher's) is counted once; ``new_event_id()`` only for an
+    event that has no id of its own. ``event_type``: one the dataset
+    declares; ``value``: within its range for a type with one (a rating),
+    else 0. ``timestamp``: whole seconds since 1970 UTC, 0 for now.
+    ``recommendation_id``: the answer the item was shown in, when it was."""
+
+    event_id: str
+    user_id: str
+    item_id: str
+    event_type: str
+    value: float = 0.0
+    timestamp: int = 0
+    recommendation_id: str = ""
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What one PushEvents call kept: ``accepted`` new events, and
+    ``duplicates``, events whose id was kept before (not kept again)."""
+
+    accepted: int
+    duplicates: int
