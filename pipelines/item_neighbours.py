@@ -166,12 +166,12 @@ def length_weights(window_lengths: np.ndarray, served_lengths: np.ndarray) -> np
     return weights if weights.sum() > 0 else np.ones(len(window_lengths))
 
 
-def selection_window(split: Split) -> tuple[pd.DataFrame, pd.DataFrame]:
+def selection_window(split: Split, holdout: int = HOLDOUT) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(history, truth): the training period split as the test split is,
-    each user's last HOLDOUT items held out (users with more than that)."""
+    each user's last ``holdout`` items held out (users with more than that)."""
     train = split.train.sort_values(["user_id", "timestamp", "item_id"], kind="stable")
     from_end = train.groupby("user_id").cumcount(ascending=False)
-    return train[from_end >= HOLDOUT], train[from_end < HOLDOUT]
+    return train[from_end >= holdout], train[from_end < holdout]
 
 
 @dataclass(frozen=True)
@@ -234,14 +234,65 @@ def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None =
         if is_ease and (best_ease is None or ndcg[name] > best_ease[0]):
             best_ease = (ndcg[name], name, weights)
         del weights
-    del best_ease
-    assert best is not None
+    assert best is not None and best_ease is not None
     _, model, weights = best
+    if "+category:" in model:
+        tried = [m for m in ndcg if " " not in m]  # before the confirmation's figures join
+        confirmed = confirmed_mixtures(split, encoder, best_ease[1], membership, ndcg)
+        eligible = [m for m in tried if "+category:" not in m or m in confirmed]
+        model = max(eligible, key=lambda m: (ndcg[m], m))
+        if model == best_ease[1]:
+            weights = best_ease[2]
+        elif model != best[1] and "+category:" in model:  # its base: the best EASE
+            weights = with_category(best_ease[2].copy(), fit, model, membership)
+        elif model != best[1]:
+            weights = item_item(fit, model, membership)
+    del best_ease, best
     sources = from_weights(weights, history_frame, encoder, model)
     del weights
     tau, by_tau = choose_recency(sources, history_frame, encoder, window)
     tower = fit_sources(split.tower_train, encoder, model, tau, membership)
     return Choice(model, tau, ndcg | by_tau, tower)
+
+
+CONFIRMATION_HOLDOUT = 3  # the confirmation window's truth: each user's last 3 training items
+
+
+def confirmed_mixtures(
+    split: Split,
+    encoder: Encoder,
+    base: str,
+    membership: np.ndarray | None,
+    ndcg: dict[str, float],
+) -> set[str]:
+    """The category mixtures that beat ``base`` (their EASE alone) on the
+    selection window and again on a confirmation window (the last
+    CONFIRMATION_HOLDOUT training items as truth); records the latter's
+    figures in ``ndcg`` (" confirm" names). On the first window histories
+    are ten items shorter than served ones, which flatters a category
+    prior: on a 2,000-shopper shop it put weight 3 4% above EASE there and
+    2.6% below it on the test split; three items short, it ranked the
+    mixtures as the test split did."""
+    history_frame, truth_frame = selection_window(split, CONFIRMATION_HOLDOUT)
+    window = window_users(split, encoder, history_frame, truth_frame)
+    everyone = sorted(history_frame["user_id"].unique())
+    fit = baselines.interactions(history_frame, encoder, everyone)
+    index = {u: i for i, u in enumerate(everyone)}
+    history = fit[[index[u] for u in window.users]]
+    ease_weights = item_item(fit, base)
+    mixtures = [m for m in ndcg if m.startswith(base + "+category:") and ndcg[m] > ndcg[base]]
+    confirm: dict[str, float] = {}
+    for name in [base, *mixtures]:
+        weights = ease_weights
+        if name != base:
+            weights = with_category(ease_weights.copy(), fit, name, membership)
+
+        def score(rows: np.ndarray, w: np.ndarray = weights) -> np.ndarray:
+            return rows @ w
+
+        confirm[name] = round(validation_ndcg(score, history, window.truth, window.weights), 4)
+    ndcg.update({f"{name} confirm": value for name, value in confirm.items()})
+    return {name for name in mixtures if confirm[name] > confirm[base]}
 
 
 def candidate_models(membership: np.ndarray | None) -> list[str]:

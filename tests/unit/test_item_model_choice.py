@@ -12,6 +12,7 @@ from pipelines.item_neighbours import (
     CATEGORY_MIXES,
     candidate_models,
     choose_model,
+    confirmed_mixtures,
     item_item,
     length_weights,
 )
@@ -95,10 +96,35 @@ def test_a_shop_whose_shoppers_keep_to_categories_is_served_the_mixture():
     mixtures = {k for k in choice.validation_ndcg if "+category:" in k and " " not in k}
     assert len(mixtures) == len(CATEGORY_MIXES)
     assert "+category:" in choice.model
+    assert choice.validation_ndcg[f"{choice.model} confirm"] > max(
+        v for k, v in choice.validation_ndcg.items() if k.endswith(" confirm") and "+" not in k
+    )  # confirmed: it beat EASE alone on the second window too
     assert choice.ease_lambda in (100.0, 300.0, 1000.0)  # the gate's EASE stays plain EASE
     table = choice.tower_period
     kept = table.neighbours[3][table.weights[3] > 0]
     assert len(kept) and (kept <= 40).all()  # a category-A item's neighbours stay in A
+
+
+def test_a_mixture_the_confirmation_window_does_not_support_is_not_kept():
+    """Each shopper buys items that come in pairs, one of each pair first,
+    its partner later; the categories are drawn at random. Whatever the
+    first window said (here: the mixture far ahead), the confirmation window
+    finds EASE alone better, and the mixture is not kept."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for u in range(200):
+        pairs = rng.choice(40, size=12, replace=False)
+        order = [1 + p for p in pairs] + [41 + p for p in pairs]  # firsts, then partners
+        rows += [(f"u{u}", f"i{item}", t) for t, item in enumerate(order)]
+    frame = pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
+    encoder = Encoder(EncodingSpec([f"i{n}" for n in range(1, 81)], ["a", "b"], [], 8))
+    membership = np.zeros((81, 2))
+    membership[np.arange(1, 81), rng.integers(0, 2, 80)] = 1.0
+    ndcg = {"ease:100": 0.1, "ease:100+category:3": 0.5, "ease:100+category:0.3": 0.05}
+    confirmed = confirmed_mixtures(temporal_split(frame), encoder, "ease:100", membership, ndcg)
+    assert confirmed == set()
+    assert ndcg["ease:100+category:3 confirm"] < ndcg["ease:100 confirm"]
+    assert "ease:100+category:0.3 confirm" not in ndcg  # it lost on the first window already
 
 
 def test_a_blend_replaces_the_best_single_score_only_when_it_wins_beyond_noise():

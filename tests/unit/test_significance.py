@@ -1,11 +1,12 @@
-"""The rule that keeps a blend or a trained epoch over the simpler one: a
-win by more than two standard errors of the paired per-user difference."""
+"""The rule that keeps a trained epoch over the one kept (and a blend over
+the best single score, tests/unit/test_item_model_choice.py): a win by more
+than two standard errors of the paired per-user difference."""
 
 from __future__ import annotations
 
 import torch
 
-from pipelines.ranker_examples import significant_best, significantly_better
+from pipelines.ranker_examples import significantly_better
 
 
 def test_a_noise_win_does_not_replace_what_is_kept():
@@ -20,15 +21,3 @@ def test_a_consistent_win_replaces_it():
     better = start + torch.tensor([0.02, 0.01, 0.03, 0.01] * 50)
     assert significantly_better(better, start)
     assert not significantly_better(start, better)
-
-
-def test_a_blend_that_wins_by_noise_gives_way_to_the_best_single_score():
-    single = torch.tensor([0.2, 0.0, 0.5, 0.1] * 50)
-    per_user = {
-        (1.0, 0.0, 0.0): single,
-        (0.0, 1.0, 0.0): single - 0.05,
-        (1.0, 1.0, 0.0): single + torch.tensor([0.3, -0.3, 0.2, -0.19] * 50),
-    }
-    assert significant_best(per_user) == (1.0, 0.0, 0.0)
-    per_user[(1.0, 1.0, 0.0)] = single + 0.02
-    assert significant_best(per_user) == (1.0, 1.0, 0.0)
