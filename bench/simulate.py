@@ -7,7 +7,9 @@ is in their held-out future (the temporal split's test interactions: what
 they really went on to rate), each with probability ``p_hit``, and any
 other shown item with probability ``p_noise``. Every event names the
 list's ``recommendation_id``. A better model shows more of users' futures,
-so its lists convert more.
+so its lists convert more. Users who ``prefer`` a model version click only
+on its lists: any other version's are worse for them, whatever they show
+(a candidate the guardrail must roll back by itself).
 """
 
 from __future__ import annotations
@@ -57,9 +59,11 @@ def simulate(
     seed: int = 0,
     max_s: float = 300.0,
     surface: str = "simulated",
+    prefer: str = "",
 ) -> Simulation:
     """Users in turn (those with a future), a list each, events for what they
-    click, until ``until(result)`` or ``max_s``."""
+    click, until ``until(result)`` or ``max_s``; with ``prefer``, no clicks
+    on another version's lists."""
     rng = random.Random(seed)
     users = sorted(futures, key=lambda u: (len(u), u))
     result = Simulation()
@@ -81,6 +85,8 @@ def simulate(
                 for i in reply.items
                 if rng.random() < (p_hit if i.item_id in futures[user] else p_noise)
             ]
+            if prefer and reply.model_version != prefer:
+                clicked = []  # drawn all the same: the other lists' clicks stay as they were
             result.add(reply.model_version, bool(clicked))
             if not clicked:
                 continue

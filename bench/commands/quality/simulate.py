@@ -20,6 +20,9 @@ def simulate(
         "data"
     ),
     seed: int = 0,
+    prefer: Annotated[
+        str, typer.Option(help="A model version: users click only on its lists.")
+    ] = "",
     out: Path | None = None,
 ) -> None:
     """Simulated users through Envoy: lists shown, clicks sent back through the
@@ -31,8 +34,9 @@ def simulate(
     token = (data_dir / "auth" / "app.token").read_text().strip()
     futures = held_out_futures(data_dir / "raw")
     result = run(
-        target, token, futures, lambda r: r.lists >= lists, p_hit, p_noise, seed, max_s=3600
-    )
+        target, token, futures, lambda r: r.lists >= lists, p_hit, p_noise, seed, max_s=3600,
+        prefer=prefer,
+    )  # fmt: skip
     table = Table(title=f"simulated users: {result.lists} lists, p_hit {p_hit}, p_noise {p_noise}")
     for column in ("model version", "lists", "converted", "conversion"):
         table.add_column(column, justify="left" if column == "model version" else "right")
@@ -45,6 +49,7 @@ def simulate(
             "benchmark": "simulate",
             "p_hit": p_hit,
             "p_noise": p_noise,
+            "prefer": prefer,
             "lists": result.lists,
             "converted": result.converted,
             "events": result.events,
