@@ -10,10 +10,10 @@ from pipelines.item_neighbours import (
     EASE_LAMBDAS,
     RECENCY_TAUS,
     choose_model,
-    selection_window,
     top_neighbours,
     truncate,
 )
+from pipelines.selection_window import selection_window
 from recserve_model.encoding import Encoder, EncodingSpec
 from recserve_model.sources import (
     SOURCE_ANN,

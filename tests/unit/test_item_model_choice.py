@@ -14,9 +14,9 @@ from pipelines.item_neighbours import (
     choose_model,
     confirmed_mixtures,
     item_item,
-    length_weights,
 )
 from pipelines.ranker_examples import significant_best
+from pipelines.selection_window import length_weights
 from recserve_model.encoding import Encoder, EncodingSpec
 
 
