@@ -61,6 +61,7 @@ class Plan:
     steps: list[float] = field(default_factory=lambda: [5.0, 25.0, 50.0, 100.0])
     soak_s: float = 0.0
     min_requests: int = 0
+    max_p99_ms: float = 0.0  # 0: the ranker's limit
 
 
 @dataclass
@@ -182,7 +183,8 @@ def roll_out(settings: StackSettings, plan: Plan, report: Report, resume: bool) 
         prepare_arms([report.version], 1800.0)
         request = pb.StartRolloutRequest(
             version=report.version, steps_percent=plan.steps, soak_s=plan.soak_s,
-            min_requests=plan.min_requests, guardrail_baseline_rate=plan.baseline_rate,
+            min_requests=plan.min_requests, max_p99_ms=plan.max_p99_ms,
+            guardrail_baseline_rate=plan.baseline_rate,
             guardrail_min_drop=plan.min_drop, guardrail_alpha=plan.alpha,
         )  # fmt: skip
         call("StartRollout", request, settings)
@@ -252,6 +254,7 @@ def retrain_command(
     steps: Annotated[str, typer.Option(help="Comma-separated percents; default 5,25,50,100.")] = "",
     soak_s: Annotated[float, typer.Option(min=0, help="Per step; 0: the ranker's.")] = 0,
     min_requests: Annotated[int, typer.Option(min=0, help="Per step; 0: the ranker's.")] = 0,
+    max_p99_ms: Annotated[float, typer.Option(min=0, help="0: the ranker's (150 ms).")] = 0,
     every_day_at: Annotated[
         str, typer.Option(help="HH:MM[:SS] UTC: run a cycle every day then, until stopped.")
     ] = "",
@@ -271,12 +274,13 @@ def retrain_command(
             "--steps": steps,
             "--soak-s": soak_s,
             "--min-requests": min_requests,
+            "--max-p99-ms": max_p99_ms,
         }
         cycle = [sys.executable, "-m", "recserve_stack", "retrain"]
         every_day_at_time(every_day_at, cycle + [f"{k}={v}" for k, v in options.items()])
         return
     plan = Plan(guardrail_baseline_rate, guardrail_min_drop, guardrail_alpha, soak_s=soak_s,
-                min_requests=min_requests)  # fmt: skip
+                min_requests=min_requests, max_p99_ms=max_p99_ms)  # fmt: skip
     if steps:
         plan.steps = [float(s) for s in steps.split(",") if s.strip()]
     try:

@@ -35,8 +35,12 @@ from tests.helpers import data_dir_for_versions, poll_until
 from tests.stack import running_stack
 
 ROOT = Path(__file__).resolve().parents[2]
+# The latency limit is wide: what these cycles judge is what users do; a
+# stall of this shared 2-core machine put a CI run's p99 at 345 ms (median
+# 3 ms) and rolled back a good model. The trigger has tests of its own.
 GUARDED = ["--guardrail-baseline-rate", "0.5", "--guardrail-min-drop", "0.5",
-           "--steps", "50,100", "--soak-s", "1", "--min-requests", "5"]  # fmt: skip
+           "--steps", "50,100", "--soak-s", "1", "--min-requests", "5",
+           "--max-p99-ms", "5000"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,10 @@ from tests.helpers import data_dir_for_versions, full_answer, poll_until
 from tests.stack import running_stack
 
 ROOT = Path(__file__).resolve().parents[2]
+# For rollouts that should promote: a stall of a shared 2-core machine can put
+# p99 past the default 150 ms (a CI run: 345 ms, median 3 ms). The slow
+# version's test keeps the default; it is the one about latency.
+WIDE_P99_MS = 5000.0
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +106,7 @@ def test_a_good_version_goes_to_everyone_each_user_on_one_version(stack, admin, 
                 soak_s=3,
                 min_requests=10,
                 shadow_percent=50,
+                max_p99_ms=WIDE_P99_MS,
             ),
         )
         assert status.status == "running" and status.share_percent == 5
@@ -287,6 +292,7 @@ def guarded_rollout(stack, admin, built, version, alpha):
     request = kpb.StartRolloutRequest(
         version=version, steps_percent=[50, 100], soak_s=1, min_requests=5,
         guardrail_baseline_rate=0.5, guardrail_min_drop=0.5, guardrail_alpha=alpha,
+        max_p99_ms=WIDE_P99_MS,
     )  # fmt: skip
     assert admin("StartRollout", request).status == "running"
     token = (stack.data_dir / "auth" / "app.token").read_text().strip()
