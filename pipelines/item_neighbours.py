@@ -28,7 +28,13 @@ from scipy import sparse
 
 from pipelines import baselines, sparse_baselines
 from pipelines.dataset import Split, recent_items
-from pipelines.selection_window import Window, selection_window, validation_ndcg, window_users
+from pipelines.selection_window import (
+    Window,
+    selection_window,
+    validation_ndcg,
+    weighted_better,
+    window_users,
+)
 from recserve_model.encoding import Encoder
 from recserve_model.sources import HISTORY, POPULAR_KEPT, Sources
 
@@ -235,20 +241,28 @@ def choose_recency(
     sources: Sources, history: pd.DataFrame, encoder: Encoder, window: Window
 ) -> tuple[float, dict[str, float]]:
     """The seeds' recency weighting that ranks the window best, through the
-    served form (each item's top neighbours, the last HISTORY seeds)."""
+    served form (each item's top neighbours, the last HISTORY seeds); every
+    seed alike (tau 0) unless the best beats it by SIGNIFICANCE standard
+    errors of their paired difference. The window's histories are shorter
+    than the ones served: on a 2,000-shopper shop it preferred tau 10 to 0
+    by a little, and the test split ranked tau 10 1.4% below tau 0."""
     seeds = history_rows(history, encoder, window.users)
     discounts = 1 / np.log2(np.arange(2, 12))
     by_tau: dict[str, float] = {}
+    gains: dict[float, np.ndarray] = {}
+    share = window.weights / max(float(window.weights.sum()), 1e-12)
     for tau in RECENCY_TAUS:
         served = replace(sources, recency_tau=tau)
-        total = 0.0
+        gains[tau] = np.zeros(len(window.truth))
         for i, wanted in enumerate(window.truth):
             top = served.user_scores(seeds[i]).pool(seeds[i], 10)
             hits = np.isin(top, wanted)
-            gain = (hits * discounts[: len(hits)]).sum() / discounts[: min(10, len(wanted))].sum()
-            total += window.weights[i] * gain
-        by_tau[f"{sources.model} tau:{tau:g}"] = round(total / max(window.weights.sum(), 1e-12), 4)
+            ideal = discounts[: min(10, len(wanted))].sum()
+            gains[tau][i] = (hits * discounts[: len(hits)]).sum() / ideal
+        by_tau[f"{sources.model} tau:{tau:g}"] = round(float(share @ gains[tau]), 4)
     best = max(RECENCY_TAUS, key=lambda t: (by_tau[f"{sources.model} tau:{t:g}"], -t))
+    if best and not weighted_better(gains[best], gains[0.0], share):
+        best = 0.0
     return best, by_tau
 
 

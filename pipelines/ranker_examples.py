@@ -19,6 +19,7 @@ from pipelines.dataset import Split, recent_items
 from pipelines.inputs import Inputs
 from pipelines.item_neighbours import history_rows
 from pipelines.models import Ranker, TwoTower
+from pipelines.selection_window import SIGNIFICANCE
 from recserve_model.encoding import Encoder
 from recserve_model.sources import (
     NEIGHBOUR_CANDIDATES,
@@ -229,9 +230,6 @@ def seen_rows(frame: pd.DataFrame, encoder: Encoder) -> dict[str, set[int]]:
         user: set(encoder.item_rows(list(items)))
         for user, items in frame.groupby("user_id")["item_id"]
     }
-
-
-SIGNIFICANCE = 2.0  # standard errors a blend must win by to replace a single score
 
 
 Blend = tuple[float, float, float]  # retrieval, affinity, neighbour weights

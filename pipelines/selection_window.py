@@ -88,3 +88,16 @@ def window_users(
         lengths.loc[users].to_numpy(), split.train.groupby("user_id").size().to_numpy()
     )
     return Window(users, [encoder.item_rows(truth_rows[u]) for u in users], weights)
+
+
+SIGNIFICANCE = 2.0  # standard errors a choice must win by to replace the plainer one
+
+
+def weighted_better(per_user: np.ndarray, than: np.ndarray, share: np.ndarray) -> bool:
+    """Whether ``per_user`` beats ``than`` (the same users' figures, each
+    counted by ``share``, summing to one) by SIGNIFICANCE standard errors of
+    their weighted paired difference."""
+    diff = per_user - than
+    mean = float(share @ diff)
+    error = float(np.sqrt(share**2 @ (diff - mean) ** 2))
+    return mean > SIGNIFICANCE * error
