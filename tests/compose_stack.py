@@ -76,6 +76,14 @@ class ComposeStack:
         return "127.0.0.1:8080"
 
     @property
+    def edge_address(self) -> str:
+        return "127.0.0.1:8443"
+
+    @property
+    def edge_ca(self) -> Path:
+        return self.data_dir / "edge" / "ca.crt"
+
+    @property
     def tls(self) -> Tls:
         return Tls.load(self.data_dir / "tls", "operator")
 

@@ -39,6 +39,16 @@ class RunningStack:
         return f"127.0.0.1:{self.port('envoy')}"
 
     @property
+    def edge_address(self) -> str:
+        """Envoy's TLS listener, the one app backends on other hosts call."""
+        return f"127.0.0.1:{self.port('edge')}"
+
+    @property
+    def edge_ca(self) -> Path:
+        """The CA of the edge certificate the runner made."""
+        return self.data_dir / "edge" / "ca.crt"
+
+    @property
     def tls(self) -> Tls:
         """The operator's certificate: internal ports take nothing else."""
         return Tls.load(self.data_dir / "tls", "operator")
@@ -131,6 +141,7 @@ PORT_NAMES = [
     "triton_http",
     "triton_grpc",
     "triton_metrics",
+    "edge",  # Envoy's TLS listener (on loopback, as everything here)
 ]
 
 

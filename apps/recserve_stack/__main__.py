@@ -38,6 +38,10 @@ def _summary(components: list[Component], settings: StackSettings) -> Table:
     table.add_column("address")
     for component in components:
         table.add_row(component.name, component.address)
+    if settings.edge_listen_port:
+        # What app backends on other hosts call, and the CA their clients trust.
+        edge = f"{settings.edge_listen_host}:{settings.edge_listen_port}"
+        table.add_row("envoy TLS (app backends)", f"{edge}, CA {settings.edge_dir / pki.EDGE_CA}")
     table.add_row("envoy admin", f"http://{settings.host}:{settings.envoy_admin_port}")
     return table
 
@@ -131,12 +135,30 @@ def keys(
     tls_dir: Annotated[
         Path | None, typer.Option(help="Also the stack's CA and certificates, here.")
     ] = None,
+    edge_dir: Annotated[
+        Path | None,
+        typer.Option(help="Also the TLS listener's pair (tls.crt, tls.key, ca.crt), here."),
+    ] = None,
+    edge_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A name the edge certificate carries (repeatable), besides localhost, "
+            "127.0.0.1 and RECSERVE_STACK_EDGE_NAMES."
+        ),
+    ] = None,
 ) -> None:
     """Create the admin key pair, JWKS and token, and the stack's certificates,
     once (the Compose init step); renews what is about to expire."""
     console.print(f"JWKS: {auth.ensure_keys(auth_dir)}")
     if tls_dir is not None:
         console.print(f"certificates: {pki.ensure_pki(tls_dir)}")
+    if edge_dir is not None:
+        if tls_dir is None:
+            raise typer.BadParameter("--edge-dir needs --tls-dir (the CA that signs it)")
+        # Not the host name: a container's changes with each run.
+        extra = load_settings(StackSettings).edge_names
+        names = list(dict.fromkeys(["localhost", "127.0.0.1", *(edge_name or []), *extra]))
+        console.print(f"edge certificate: {pki.ensure_edge(edge_dir, tls_dir, names)}")
 
 
 if __name__ == "__main__":

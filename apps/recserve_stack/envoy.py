@@ -147,6 +147,46 @@ UPSTREAM_TLS = """\
                 - san_type: DNS
                   matcher: {{ exact: {name} }}"""
 
+DOWNSTREAM_TLS = (
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+)
+EDGE_LISTENER = """\
+    # App backends on other hosts: the public listener's routes and filters
+    # (the same HTTP connection manager), behind the edge certificate.
+    - name: edge
+      address:
+        socket_address: {{ address: {host}, port_value: {port} }}
+      per_connection_buffer_limit_bytes: 1048576
+      filter_chains:
+        - filters: *public_filters
+          transport_socket:
+            name: envoy.transport_sockets.tls
+            typed_config:
+              "@type": {context_type}
+              common_tls_context:
+                # gRPC over h2; JSON callers may use HTTP/1.1.
+                alpn_protocols: [h2, http/1.1]
+                tls_params: {{ tls_minimum_protocol_version: TLSv1_2 }}
+                tls_certificates:
+                  - certificate_chain: {{ filename: {directory}/{cert} }}
+                    private_key: {{ filename: {directory}/{key} }}"""
+
+
+def edge_listener(host: str, port: int, directory: Path | str) -> dict[str, str]:
+    """The ``edge_listener`` template value: a TLS listener, or nothing (port 0)."""
+    if not port:
+        return {"edge_listener": ""}
+    text = EDGE_LISTENER.format(
+        host=host,
+        port=port,
+        directory=directory,
+        cert=pki.EDGE_CERT,
+        key=pki.EDGE_KEY,
+        context_type=DOWNSTREAM_TLS,
+    )
+    return {"edge_listener": text}
+
+
 UPSTREAMS = ("gateway", "retriever", "features", "ranker")
 ENVOY_ACCESS_LOG = "envoy-access.log"
 
@@ -200,6 +240,7 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
         **access_log(settings.data_dir / "logs" / ENVOY_ACCESS_LOG),
         **upstream_tls(settings.tls_dir if settings.tls else None),
         **gateway_endpoints(settings),
+        **edge_listener(settings.edge_listen_host, settings.edge_listen_port, settings.edge_dir),
     }
     endpoint = otlp_endpoint()
     if endpoint is not None:
@@ -214,6 +255,10 @@ def render(settings: StackSettings, values: dict[str, object] | None = None) -> 
 COMPOSE_CONFIG = ROOT / "infra" / "compose" / "envoy.yaml"
 COMPOSE_COLLECTOR = ("otel-collector", 4317)
 COMPOSE_RUNTIME = "/etc/envoy/runtime"  # Envoy's disk runtime layer in Compose
+# The TLS listener's pair: made by the init step in the volume (Compose), a
+# kubernetes.io/tls Secret mounted there (Kubernetes), or your own mounted over it.
+COMPOSE_EDGE_DIR = "/data/edge"
+COMPOSE_EDGE_PORT = 8443
 
 
 def render_compose(settings: StackSettings | None = None) -> str:
@@ -233,6 +278,7 @@ def render_compose(settings: StackSettings | None = None) -> str:
         "jwks_path": "/data/auth/jwks.json",
         **access_log(None),
         **upstream_tls("/data/tls"),
+        **edge_listener("0.0.0.0", COMPOSE_EDGE_PORT, COMPOSE_EDGE_DIR),
         # None by default: without the observability layer spans only go to
         # files, and tracing every request cost 1.8 ms of CPU per Recommend
         # (docs/benchmarks.md). compose.observability.yaml mounts a runtime
@@ -251,12 +297,26 @@ def write_config(settings: StackSettings) -> Path:
     auth.ensure_keys(settings.data_dir / "auth")
     if settings.tls:
         pki.ensure_pki(settings.tls_dir)
+    if settings.edge_listen_port:
+        ensure_edge_pair(settings)
     path = settings.data_dir / "envoy" / "envoy.yaml"
     # Envoy's disk runtime layer: a key per file, none by default (it must exist).
     (path.parent / "runtime").mkdir(parents=True, exist_ok=True)
     (settings.data_dir / "logs").mkdir(parents=True, exist_ok=True)  # the access log's
     path.write_text(render(settings))
     return path
+
+
+def ensure_edge_pair(settings: StackSettings) -> Path:
+    """The TLS listener's pair: yours where edge_tls_dir names one, else made
+    (and renewed) from the stack's CA under the data dir."""
+    if settings.edge_tls_dir is None:
+        names = settings.edge_certificate_names
+        return pki.ensure_edge(settings.edge_dir, settings.tls_dir, names)
+    missing = [n for n in (pki.EDGE_CERT, pki.EDGE_KEY) if not (settings.edge_dir / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"edge_tls_dir {settings.edge_dir}: no {' or '.join(missing)}")
+    return settings.edge_dir
 
 
 def validate(config: Path) -> subprocess.CompletedProcess[str]:

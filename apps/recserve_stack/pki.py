@@ -8,6 +8,10 @@ is the header value Triton wants for model control (the ranker's alone). Keys ar
 the handshake is cheap, and connections are long-lived anyway. Nothing here
 is a secret store: at scale, issue these from your own PKI (cert-manager,
 Vault, SPIFFE) into the same files.
+
+The edge pair (``ensure_edge``) is the certificate of Envoy's TLS listener
+for app backends, in cert-manager's file names (``tls.crt``, ``tls.key``,
+``ca.crt``), so a Secret cert-manager writes can take its place.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from recserve_kit.transport import TRITON_CONTROL_SECRET
 IDENTITIES = ("gateway", "features", "retriever", "ranker", "triton", "envoy", "operator")
 VALID_DAYS = 365
 RENEW_DAYS = 30
+EDGE_CERT, EDGE_KEY, EDGE_CA = "tls.crt", "tls.key", "ca.crt"
+EDGE_SUBJECT = "recserve edge"
 
 
 def ensure_pki(tls_dir: Path, identities: tuple[str, ...] = IDENTITIES) -> Path:
@@ -51,6 +57,44 @@ def ensure_pki(tls_dir: Path, identities: tuple[str, ...] = IDENTITIES) -> Path:
         control.write_text(secrets.token_hex(32))
         control.chmod(0o600)
     return tls_dir
+
+
+def ensure_edge(edge_dir: Path, tls_dir: Path, names: list[str]) -> Path:
+    """The TLS listener's pair from the stack's CA, naming ``names``: made
+    once, renewed when due or when the names change. A certificate another
+    CA issued (your own, cert-manager's) is left as it is."""
+    ca_key, ca_cert = _ensure_ca(ensure_pki(tls_dir))
+    cert_path = edge_dir / EDGE_CERT
+    if cert_path.exists():
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        if cert.issuer != ca_cert.subject:
+            return edge_dir
+        if _current(cert, ca_cert) and certificate_names(cert) == list(names):
+            return edge_dir
+    edge_dir.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    # Server auth only: the edge certificate is no client of anything.
+    cert = _leaf(EDGE_SUBJECT, key, ca_key, ca_cert, names, [ExtendedKeyUsageOID.SERVER_AUTH])
+    _write_key(edge_dir / EDGE_KEY, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (edge_dir / EDGE_CA).write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    return edge_dir
+
+
+def certificate_names(cert: x509.Certificate) -> list[str]:
+    """The DNS names and IP addresses a certificate is good for, in its order."""
+    try:
+        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(name.value) for name in alt if isinstance(name, (x509.DNSName, x509.IPAddress))]
+
+
+def _alt_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def _ensure_ca(tls_dir: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
@@ -91,24 +135,18 @@ def _leaf(
     key: ec.EllipticCurvePrivateKey,
     ca_key: ec.EllipticCurvePrivateKey,
     ca_cert: x509.Certificate,
+    names: list[str] | None = None,
+    usages: list[x509.ObjectIdentifier] | None = None,
 ) -> x509.Certificate:
-    # The Compose service name, and loopback for the local stack.
-    alt_names = [
-        x509.DNSName(name),
-        x509.DNSName("localhost"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-    ]
+    # By default the Compose service name, and loopback for the local stack.
+    alt_names = [_alt_name(n) for n in names or [name, "localhost", "127.0.0.1"]]
+    usages = usages or [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     return (
         _builder(subject, ca_cert.subject, key)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
-            critical=False,
-        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -16,11 +17,15 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from recserve_kit.transport import LOOPBACK_HOSTS
 from recserve_stack.retrain_schedule import DAILY_TIME
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDBY_GATEWAY = "gateway-standby"  # the standby gateway's process and socket name
 STANDBY_MARK = "RECSERVE_STACK_GATEWAY_ROLE"  # in the standby's environment: "standby"
+EDGE_PORT = 8443  # the TLS listener's port where `host` is not loopback
+# Addresses that bind every interface: no name a certificate could carry.
+ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
 # Room in a socket address after the directory for the longest name.
 SOCKET_DIR_MAX = 107 - len(f"/{STANDBY_GATEWAY}.sock")
 
@@ -42,6 +47,31 @@ class StackSettings(BaseSettings):
         description="Artifacts, stores, certificates, keys, logs and traces of the stack.",
     )
     envoy_port: int = Field(8080, ge=1, le=65535, description="Envoy's public listener.")
+    # App backends on other hosts reach the stack here, over TLS; the
+    # plaintext listener above serves callers on this host (the clients send
+    # tokens in plaintext to loopback only).
+    edge_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Envoy's TLS listener for app backends on other hosts (the same routes "
+        f"as envoy_port); 0: none; unset: {EDGE_PORT} where `host` is not a loopback "
+        "address, else none.",
+    )
+    edge_host: str = Field(
+        "", description="Address the TLS listener binds; empty: `host`; 0.0.0.0: every interface."
+    )
+    edge_tls_dir: Path | None = Field(
+        None,
+        description="Your own certificate for the TLS listener: a directory with tls.crt (the "
+        "chain) and tls.key (cert-manager's names); unset: <data_dir>/edge, a pair from the "
+        "stack's CA made at start (its ca.crt is what clients trust).",
+    )
+    edge_names: list[str] = Field(
+        default_factory=list,
+        description="More DNS names or IP addresses in the generated edge certificate, as "
+        "JSON; it always names localhost, 127.0.0.1, this machine's host name and edge_host.",
+    )
     envoy_workers: int = Field(
         0,
         ge=0,
@@ -181,6 +211,31 @@ class StackSettings(BaseSettings):
     @property
     def admin_token_path(self) -> Path:
         return self.admin_token_file or self.data_dir / "auth" / "admin.token"
+
+    @property
+    def edge_listen_port(self) -> int:
+        """The TLS listener's port, 0 for none."""
+        if self.edge_port is not None:
+            return self.edge_port
+        return 0 if self.host in LOOPBACK_HOSTS or self.host.startswith("127.") else EDGE_PORT
+
+    @property
+    def edge_listen_host(self) -> str:
+        return self.edge_host or self.host
+
+    @property
+    def edge_dir(self) -> Path:
+        """Where the TLS listener's tls.crt and tls.key are."""
+        return self.edge_tls_dir or self.data_dir / "edge"
+
+    @property
+    def edge_certificate_names(self) -> list[str]:
+        """The names the generated edge certificate carries, in order, once each."""
+        names = ["localhost", "127.0.0.1", socket.gethostname()]
+        for host in (self.edge_listen_host, self.host):
+            if host not in ANY_ADDRESS:
+                names.append(host)
+        return list(dict.fromkeys([*names, *self.edge_names]))
 
     @property
     def repository(self) -> Path:

@@ -15,11 +15,13 @@ from recserve_client import (
     NotFound,
     RecserveClient,
     RetryPolicy,
+    TlsOptions,
     Unavailable,
     UserAttributes,
     cli,
 )
-from recserve_client.channel import is_loopback
+from recserve_client.channel import is_loopback, transport_tls
+from recserve_client.options import CA_FILE_VARIABLE
 
 from tests.clients.fake_server import fake_server
 
@@ -122,10 +124,38 @@ def test_the_token_is_sent_and_kept_off_plaintext_to_other_hosts():
             client.recommend("42", k=1)
         assert script.attempts[0][1]["authorization"] == "Bearer t0k"
         assert "recserve-client-python/" in script.attempts[0][1]["user-agent"]
+    # Off loopback a client is TLS unless told otherwise; told, it keeps the token.
     with pytest.raises(ValueError, match="TLS"):
-        RecserveClient("recserve.example:8080", ClientOptions(token="t0k"))
+        RecserveClient("recserve.example:8080", ClientOptions(token="t0k", plaintext=True))
+    RecserveClient("recserve.example:8080", ClientOptions(token="t0k")).close()
     assert is_loopback("127.0.0.1:8080") and is_loopback("localhost:1")
     assert is_loopback("[::1]:8080") and not is_loopback("10.0.0.1:8080")
+
+
+def test_tls_by_default_off_loopback_with_the_ca_the_environment_names(tmp_path, monkeypatch):
+    monkeypatch.delenv(CA_FILE_VARIABLE, raising=False)
+    assert transport_tls("recs.example.com:443", ClientOptions()) == TlsOptions()  # system CAs
+    assert transport_tls("127.0.0.1:8080", ClientOptions()) is None
+    assert transport_tls("localhost:8080", ClientOptions()) is None
+    assert transport_tls("10.0.0.1:8080", ClientOptions(plaintext=True)) is None
+    given = TlsOptions(server_name="recs.example.com")
+    assert transport_tls("127.0.0.1:8443", ClientOptions(tls=given)) is given
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----")
+    monkeypatch.setenv(CA_FILE_VARIABLE, str(ca))
+    tls = transport_tls("recs.example.com:443", ClientOptions())
+    assert tls is not None and tls.root_certificates == ca.read_bytes()
+    with pytest.raises(ValueError, match="one or the other"):
+        ClientOptions(tls=given, plaintext=True)
+
+
+def test_a_tls_client_against_a_plaintext_server_sends_it_nothing():
+    """The handshake fails before any request: the server never sees the token."""
+    with fake_server() as (target, script):
+        options = ClientOptions(tls=TlsOptions(), token="t0k", retry=None)
+        with RecserveClient(target, options) as client, pytest.raises(Unavailable):
+            client.recommend("42", k=1, timeout_s=2)
+        assert script.attempts == []
 
 
 async def test_the_asyncio_client_has_the_same_policy():

@@ -16,7 +16,14 @@ def test_the_typescript_client_against_the_stack(stack, client):
     assert (PACKAGE / "dist" / "test").is_dir(), "build it first: make clients"
     full_answer(client)
     token = (stack.data_dir / "auth" / "app.token").read_text().strip()
-    env = {**os.environ, "RECSERVE_ENVOY_ADDRESS": stack.envoy_address, "RECSERVE_APP_TOKEN": token}
+    env = {
+        **os.environ,
+        "RECSERVE_ENVOY_ADDRESS": stack.envoy_address,
+        "RECSERVE_APP_TOKEN": token,
+        # Envoy's TLS listener and the CA of its certificate.
+        "RECSERVE_EDGE_ADDRESS": stack.edge_address,
+        "RECSERVE_CA_FILE": str(stack.edge_ca),
+    }
     done = subprocess.run(
         ["node", "--test", "dist/test/"],
         cwd=PACKAGE,

@@ -229,13 +229,20 @@ def test_the_compose_envoy_config_is_current_and_valid(tmp_path):
         assert (found[service][1], found[service][2]) == (service, port_of(service))
         assert found[service][0] == "STRICT_DNS"
     assert found["otel_collector"][1:] == ("otel-collector", collector_port("grpc"))
-    listener = config["static_resources"]["listeners"][0]["address"]["socket_address"]
-    assert app_services()["envoy"]["ports"] == [f"{listener['port_value']}:8080"]
+    public, edge = (
+        listener["address"]["socket_address"]["port_value"]
+        for listener in config["static_resources"]["listeners"]
+    )
+    # TLS published on every interface; plaintext on the host's loopback alone.
+    assert app_services()["envoy"]["ports"] == [f"{edge}:{edge}", f"127.0.0.1:{public}:{public}"]
+    assert "--edge-dir /data/edge --edge-name envoy" in " ".join(app_services()["init"]["command"])
     # Validate with the files Compose mounts at those paths made here.
     jwks = auth.ensure_keys(tmp_path / "auth")
     tls_dir = pki.ensure_pki(tmp_path / "tls")
+    edge_dir = pki.ensure_edge(tmp_path / "edge", tls_dir, ["envoy"])
     local = text.replace("/etc/envoy/recserve.pb", str(ROOT / "build" / "recserve.pb"))
     local = local.replace("/data/auth/jwks.json", str(jwks)).replace("/data/tls", str(tls_dir))
+    local = local.replace(envoy.COMPOSE_EDGE_DIR, str(edge_dir))
     (tmp_path / "runtime").mkdir()  # the image has an empty one
     local = local.replace(envoy.COMPOSE_RUNTIME, str(tmp_path / "runtime"))
     for cluster in config["static_resources"]["clusters"]:

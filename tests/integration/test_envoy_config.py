@@ -70,3 +70,10 @@ def test_local_rate_limit_answers_resource_exhausted(tmp_path):
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_the_config_with_the_tls_listener_passes_envoy_validate(tmp_path):
+    settings = StackSettings(data_dir=tmp_path, edge_port=9443)
+    result = envoy.validate(envoy.write_config(settings))
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert (tmp_path / "edge" / "tls.crt").is_file()  # the pair it reads, made from the CA

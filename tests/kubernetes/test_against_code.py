@@ -205,16 +205,22 @@ def test_envoys_clusters_are_headless_services_with_those_ports(docs):
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod(docs, "envoy").spec["volumes"]}
     text = envoy.COMPOSE_CONFIG.read_text()
+    secrets = {"/data/auth": "recserve-jwks", "/data/tls": "recserve-tls-envoy"}
+    secrets[envoy.COMPOSE_EDGE_DIR] = "recserve-edge-tls"  # kubernetes.io/tls, cert-manager's
     for path in re.findall(r"filename: (/data/[\w/.-]+)", text):
         directory, _, file = path.rpartition("/")
-        secret = volumes[mounts[directory]]["secret"]["secretName"]
-        assert secret == ("recserve-jwks" if file == "jwks.json" else "recserve-tls-envoy"), path
+        secret = volumes[mounts[directory]]["secret"]
+        assert secret["secretName"] == secrets[directory], path
+        assert file in {i["path"] for i in secret.get("items", [])} or "items" not in secret, path
     runtime = volumes[mounts[envoy.COMPOSE_RUNTIME]]["configMap"]
     assert runtime["items"] == [{"key": "random_sampling", "path": "tracing/random_sampling"}]
-    (listener,) = config["static_resources"]["listeners"]
+    public, edge = config["static_resources"]["listeners"]
     assert c["ports"] == [
-        {"name": "http", "containerPort": listener["address"]["socket_address"]["port_value"]}
+        {"name": name, "containerPort": listener["address"]["socket_address"]["port_value"]}
+        for name, listener in (("http", public), ("https", edge))
     ]
+    edge_tls = edge["filter_chains"][0]["transport_socket"]["typed_config"]
+    assert edge_tls["@type"].endswith("DownstreamTlsContext")
 
 
 def test_envoy_samples_the_share_the_sizing_was_measured_with():

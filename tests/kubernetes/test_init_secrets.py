@@ -75,7 +75,7 @@ def api(tmp_path):
 
 def keys(directory: Path) -> None:
     auth.ensure_keys(directory / "auth")
-    pki.ensure_pki(directory / "tls")
+    pki.ensure_edge(directory / "edge", directory / "tls", ["envoy"])
 
 
 def test_publish_writes_each_consumer_only_its_files(api, tmp_path):
@@ -84,7 +84,9 @@ def test_publish_writes_each_consumer_only_its_files(api, tmp_path):
     assert script.main(["publish", str(tmp_path / "keys"), *api]) == 0
     store = FakeApi.store
     assert set(store) == set(script.secrets())
-    for method, path, token, kind in FakeApi.seen:
+    # One look at the edge Secret's owner, then only applies.
+    assert FakeApi.seen[0][:2] == ("GET", "/api/v1/namespaces/recserve/secrets/recserve-edge-tls")
+    for method, path, token, kind in FakeApi.seen[1:]:
         assert method == "PATCH" and token == "Bearer the-token"
         assert kind == "application/apply-patch+yaml" and "fieldManager=recserve-init" in path
         assert path.startswith("/api/v1/namespaces/recserve/secrets/")
@@ -168,6 +170,35 @@ def test_every_mounted_secret_is_one_the_job_writes_with_those_keys(overlay):
         written["recserve-tls-triton"]
     )
     assert {"envoy.pem", "envoy.key", "ca.pem"} == set(written["recserve-tls-envoy"])
+    assert {"tls.crt", "tls.key", "ca.crt"} == set(written["recserve-edge-tls"])
+
+
+def test_the_edge_pair_is_a_tls_secret_unless_cert_manager_owns_it(api, tmp_path):
+    script = load()
+    keys(tmp_path / "keys")
+    assert script.main(["publish", str(tmp_path / "keys"), *api]) == 0
+    edge = FakeApi.store["recserve-edge-tls"]
+    assert edge["type"] == "kubernetes.io/tls"
+    pem = (tmp_path / "keys/edge/tls.crt").read_bytes()
+    assert base64.b64decode(edge["data"]["tls.crt"]) == pem
+    # cert-manager's own Secret (no ca.crt from a public CA): restored for
+    # `keys`, which leaves a pair it did not issue alone, and never applied.
+    theirs = {"tls.crt": b"their chain", "tls.key": b"their key"}
+    FakeApi.store["recserve-edge-tls"] = {
+        "metadata": {"labels": {"app.kubernetes.io/managed-by": "cert-manager"}},
+        "type": "kubernetes.io/tls",
+        "data": {key: base64.b64encode(value).decode() for key, value in theirs.items()},
+    }
+    assert script.main(["restore", str(tmp_path / "rerun"), *api]) == 0
+    assert (tmp_path / "rerun/edge/tls.crt").read_bytes() == b"their chain"
+    FakeApi.seen.clear()
+    assert script.main(["publish", str(tmp_path / "keys"), *api]) == 0
+    patched = {path.split("?")[0].rsplit("/", 1)[1] for m, path, *_ in FakeApi.seen if m == "PATCH"}
+    assert "recserve-edge-tls" not in patched and "recserve-tls-envoy" in patched
+    assert (
+        FakeApi.store["recserve-edge-tls"]["data"]["tls.crt"]
+        == base64.b64encode(b"their chain").decode()
+    )
 
 
 def test_the_job_runs_restore_keys_build_publish_in_that_order():
@@ -176,7 +207,9 @@ def test_the_job_runs_restore_keys_build_publish_in_that_order():
     steps = [" ".join(c["command"]) for c in containers(job.spec)]
     assert steps == [
         "python /opt/recserve/init/secrets.py restore /keys",
-        "python -m recserve_stack keys /keys/auth --tls-dir /keys/tls",
+        "python -m recserve_stack keys /keys/auth --tls-dir /keys/tls --edge-dir /keys/edge"
+        " --edge-name envoy --edge-name envoy.recserve.svc"
+        " --edge-name envoy.recserve.svc.cluster.local",
         "python -m pipelines build --data-dir /data",
         "python -m pipelines publish --data-dir /data --redis-url redis://redis:6379/0",
         "python -m services.retriever index --data-dir /data --qdrant-url http://qdrant:6333",

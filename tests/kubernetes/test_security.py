@@ -99,7 +99,13 @@ def test_only_envoy_is_reachable_from_outside(docs):
         for s in of_kind(docs, "Service").values()
         if s["spec"].get("type", "ClusterIP") in ("LoadBalancer", "NodePort")
     ]
-    assert exposed == ["envoy"]
+    assert exposed == ["envoy-edge"]
+    (edge,) = [
+        s for s in of_kind(docs, "Service").values() if s["metadata"]["name"] == "envoy-edge"
+    ]
+    # TLS alone: the port that terminates it (infra/compose/envoy.yaml's edge listener).
+    assert [(p["port"], p["targetPort"]) for p in edge["spec"]["ports"]] == [(443, "https")]
+    assert reach(docs, "envoy-edge", 443) == ("envoy", envoy.COMPOSE_EDGE_PORT)
     assert not [d for d in docs if d["kind"] in ("Ingress", "Gateway", "HTTPRoute")]
 
 
@@ -118,6 +124,10 @@ def edges(docs: list[dict]) -> dict[tuple[str, int], set[str]]:
                 found = address(token)
                 if found and {found[0].split(".")[0], *found[0].split(".")[1:2]} & set(services):
                     dial(p.app, *found)
+            # The stack's own clients of Envoy (StackSettings: host and port apart).
+            stack = env(c)
+            if "RECSERVE_STACK_HOST" in stack and "RECSERVE_STACK_ENVOY_PORT" in stack:
+                dial(p.app, stack["RECSERVE_STACK_HOST"], int(stack["RECSERVE_STACK_ENVOY_PORT"]))
     # qdrant-client with prefer_grpc takes the REST URL's port + 1 for gRPC.
     out[("qdrant", 6334)] |= out[("qdrant", 6333)] - {"qdrant"}
     config = yaml.safe_load(envoy.COMPOSE_CONFIG.read_text())
@@ -235,7 +245,8 @@ def test_each_port_is_open_only_to_the_pods_that_dial_it(docs):
         if expected.get(port, set()) != granted.get(port, set())
     }
     assert mismatched == {}
-    assert expected[("envoy", 8080)] == {ANYONE}
+    # TLS from anywhere; plaintext only for the stack's own job.
+    assert expected[("envoy", 8443)] == {ANYONE} and expected[("envoy", 8080)] == {"retrain"}
     assert expected[("triton", 8001)] == {"ranker"} and expected[("redis", 6379)] >= {"features"}
     # Probes come from the node (always admitted): Triton's HTTP health port
     # and the Collector's health port take nobody else.

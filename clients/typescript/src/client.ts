@@ -16,6 +16,7 @@ import {
   DEFAULT_TIMEOUT_MS,
   isLoopback,
   retryPolicy,
+  transportTls,
   type ClientOptions,
 } from "./options.js";
 import {
@@ -87,7 +88,7 @@ export class RecserveClient {
   constructor(options: ClientOptions = {}) {
     this.target = options.target ?? DEFAULT_TARGET;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const tls = options.tls;
+    const tls = transportTls(this.target, options);
     if (options.token && !tls && !isLoopback(this.target)) {
       throw new RangeError("token: sent only over TLS or to a loopback address");
     }

@@ -24,10 +24,12 @@ export {
   UnavailableError,
 } from "./errors.js";
 export {
+  CA_FILE_VARIABLE,
   DEFAULT_RETRY,
   DEFAULT_TARGET,
   DEFAULT_TIMEOUT_MS,
   READ_METHODS,
+  transportTls,
   type ClientOptions,
   type RetryPolicy,
   type TlsOptions,

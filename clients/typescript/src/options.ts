@@ -1,5 +1,6 @@
 // What a client is configured with; the defaults match the Python client's
 // (docs/clients.md says why).
+import { readFileSync } from "node:fs";
 
 /** The idempotent reads: the only methods the retry policy applies to. */
 export const READ_METHODS = ["Recommend", "SimilarItems"] as const;
@@ -44,7 +45,7 @@ export const DEFAULT_RETRY: Readonly<RetryPolicy> = Object.freeze({
 });
 
 export interface TlsOptions {
-  /** PEM of the CA to trust; Node's bundled CAs when absent. */
+  /** PEM of the CA to trust; Node's bundled CAs when absent (RECSERVE_CA_FILE's by default). */
   ca?: string | Buffer;
   /** A client certificate and its key, for mutual TLS. */
   cert?: string | Buffer;
@@ -60,9 +61,15 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** null: no retries at all. */
   retry?: Partial<RetryPolicy> | null;
+  /**
+   * Absent: TLS to any address but loopback (which gets plaintext), trusting
+   * the CA in RECSERVE_CA_FILE, else Node's; given: TLS with these, loopback included.
+   */
   tls?: TlsOptions;
   /** Sent as `authorization: Bearer <token>`; only over TLS or to loopback. */
   token?: string;
+  /** No TLS even off loopback (a sidecar or tunnel does it); a token is then refused there. */
+  plaintext?: boolean;
   keepaliveIntervalMs?: number;
   keepaliveTimeoutMs?: number;
   /** Called for each attempt sent (1 for the first): for metrics and tests. */
@@ -81,6 +88,18 @@ export function retryPolicy(given: Partial<RetryPolicy> | null | undefined): Ret
   const refused = policy.retryableCodes.filter((c) => NEVER_RETRIED.has(c));
   if (refused.length) throw new RangeError(`retryableCodes: ${refused} must never be retried`);
   return policy;
+}
+
+/** The CA file a client trusts when its options name none. */
+export const CA_FILE_VARIABLE = "RECSERVE_CA_FILE";
+
+/** The TLS a connection to `target` uses, undefined for plaintext. */
+export function transportTls(target: string, options: ClientOptions): TlsOptions | undefined {
+  if (options.tls && options.plaintext) throw new RangeError("plaintext and tls: one or the other");
+  if (options.tls) return options.tls;
+  if (options.plaintext || isLoopback(target)) return undefined;
+  const caFile = process.env[CA_FILE_VARIABLE];
+  return caFile ? { ca: readFileSync(caFile) } : {};
 }
 
 export function isLoopback(target: string): boolean {

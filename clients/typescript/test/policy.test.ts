@@ -1,12 +1,16 @@
 // The client against an in-process server: the retry policy, the errors,
 // the typed results, tokens. No stack needed.
 import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import {
   InvalidRequestError,
   NotFoundError,
   RecserveClient,
   UnavailableError,
+  transportTls,
   type ClientOptions,
 } from "../src/index.js";
 import { Code, fakeServer, type FakeServer } from "./fake-server.js";
@@ -116,5 +120,30 @@ test("the token is sent, and never in plaintext to another host", async () => {
     },
     { token: "t0k" },
   );
-  assert.throws(() => new RecserveClient({ target: "recserve.example:8080", token: "t" }), /TLS/);
+  // Off loopback: TLS unless told otherwise; told, the token is refused.
+  assert.throws(
+    () => new RecserveClient({ target: "recserve.example:8080", token: "t", plaintext: true }),
+    /TLS/,
+  );
+  new RecserveClient({ target: "recserve.example:8080", token: "t" }).close();
+});
+
+test("TLS by default off loopback, with the CA RECSERVE_CA_FILE names", () => {
+  const saved = process.env.RECSERVE_CA_FILE;
+  delete process.env.RECSERVE_CA_FILE;
+  try {
+    assert.deepEqual(transportTls("recs.example.com:443", {}), {});
+    assert.equal(transportTls("127.0.0.1:8080", {}), undefined);
+    assert.equal(transportTls("10.0.0.1:8080", { plaintext: true }), undefined);
+    const given = { serverName: "recs.example.com" };
+    assert.equal(transportTls("127.0.0.1:8443", { tls: given }), given);
+    assert.throws(() => transportTls("x:1", { tls: given, plaintext: true }), /one or the other/);
+    const dir = mkdtempSync(join(tmpdir(), "recserve-ca-"));
+    writeFileSync(join(dir, "ca.crt"), "PEM");
+    process.env.RECSERVE_CA_FILE = join(dir, "ca.crt");
+    assert.equal(String(transportTls("recs.example.com:443", {})?.ca), "PEM");
+  } finally {
+    if (saved === undefined) delete process.env.RECSERVE_CA_FILE;
+    else process.env.RECSERVE_CA_FILE = saved;
+  }
 });

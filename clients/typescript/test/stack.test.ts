@@ -128,3 +128,23 @@ test("an event through the batcher, with the app token; pushed again, a duplicat
     app.close();
   }
 });
+
+// Envoy's TLS listener (RECSERVE_EDGE_ADDRESS) and the CA of its certificate
+// (RECSERVE_CA_FILE): an app backend elsewhere, with its token, over TLS.
+const edge = process.env.RECSERVE_EDGE_ADDRESS;
+const caFile = process.env.RECSERVE_CA_FILE;
+const skipEdge = skipEvents || (edge && caFile ? false : "RECSERVE_EDGE_ADDRESS is not set");
+
+test("over TLS at the edge with the app token: lists and events", { skip: skipEdge }, async () => {
+  // The edge listens on loopback here, where TLS is not the default: asked for.
+  const tls = { ca: readFileSync(caFile as string) };
+  const app = new RecserveClient({ target: edge, token: appToken, tls });
+  try {
+    const answer = await app.recommend("42", { k: 5 });
+    assert.equal(answer.items.length, 5);
+    const event = { eventId: newEventId(), userId: "ts-edge-1", itemId: "50", eventType: "rating", value: 4 };
+    assert.deepEqual(await app.pushEvents([event]), { accepted: 1, duplicates: 0 });
+  } finally {
+    app.close();
+  }
+});

@@ -1,4 +1,7 @@
-"""The one channel a client holds: service config, keepalive, credentials."""
+"""The one channel a client holds: service config, keepalive, credentials.
+
+TLS by default to any address but loopback (the system's CAs, or
+RECSERVE_CA_FILE's); a token goes only over TLS or to loopback."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from recserve_client.options import ClientOptions
+from recserve_client.options import ClientOptions, TlsOptions
 
 VERSION = "0.1.0"
 USER_AGENT = f"recserve-client-python/{VERSION}"
@@ -21,7 +24,17 @@ def is_loopback(target: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def channel_arguments(options: ClientOptions) -> list[tuple[str, Any]]:
+def transport_tls(target: str, options: ClientOptions) -> TlsOptions | None:
+    """The TLS a channel to ``target`` uses, None for plaintext: the options'
+    own, else TLS by default to anything but loopback."""
+    if options.tls is not None:
+        return options.tls
+    if options.plaintext or is_loopback(target):
+        return None
+    return TlsOptions.default()
+
+
+def channel_arguments(tls: TlsOptions | None, options: ClientOptions) -> list[tuple[str, Any]]:
     arguments: list[tuple[str, Any]] = [
         ("grpc.service_config", options.service_config()),
         # Ours, not one a DNS TXT record could substitute.
@@ -37,16 +50,15 @@ def channel_arguments(options: ClientOptions) -> list[tuple[str, Any]]:
     if options.retry is not None and options.retry.attempt_timeout_s is not None:
         # Turns on perAttemptRecvTimeout in the service config.
         arguments.append(("grpc.experimental.enable_hedging", 1))
-    if options.tls is not None and options.tls.server_name:
-        arguments.append(("grpc.ssl_target_name_override", options.tls.server_name))
+    if tls is not None and tls.server_name:
+        arguments.append(("grpc.ssl_target_name_override", tls.server_name))
     arguments.extend(options.channel_options)
     return arguments
 
 
-def credentials(options: ClientOptions) -> grpc.ChannelCredentials | None:
-    if options.tls is None:
+def credentials(tls: TlsOptions | None) -> grpc.ChannelCredentials | None:
+    if tls is None:
         return None
-    tls = options.tls
     return grpc.ssl_channel_credentials(
         root_certificates=tls.root_certificates,
         private_key=tls.private_key,
@@ -57,20 +69,23 @@ def credentials(options: ClientOptions) -> grpc.ChannelCredentials | None:
 def call_metadata(target: str, options: ClientOptions) -> tuple[tuple[str, str], ...]:
     if options.token is None:
         return ()
-    if options.tls is None and not is_loopback(target):
+    # Checked before any channel exists: a refused token never leaves.
+    if options.tls is None and options.plaintext and not is_loopback(target):
         raise ValueError("token: sent only over TLS or to a loopback address")
     return (("authorization", f"Bearer {options.token}"),)
 
 
 def open_channel(target: str, options: ClientOptions) -> grpc.Channel:
-    creds, arguments = credentials(options), channel_arguments(options)
+    tls = transport_tls(target, options)
+    creds, arguments = credentials(tls), channel_arguments(tls, options)
     if creds is None:
         return grpc.insecure_channel(target, options=arguments)
     return grpc.secure_channel(target, creds, options=arguments)
 
 
 def open_aio_channel(target: str, options: ClientOptions) -> grpc.aio.Channel:
-    creds, arguments = credentials(options), channel_arguments(options)
+    tls = transport_tls(target, options)
+    creds, arguments = credentials(tls), channel_arguments(tls, options)
     if creds is None:
         return grpc.aio.insecure_channel(target, options=arguments)
     return grpc.aio.secure_channel(target, creds, options=arguments)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from recserve_client.client import DEFAULT_TARGET, RecserveClient
 from recserve_client.errors import InvalidRequest, RecserveError
-from recserve_client.options import ClientOptions, TlsOptions
+from recserve_client.options import CA_FILE_VARIABLE, ClientOptions, TlsOptions
 from recserve_client.results import Recommendations, UserAttributes
 
 
@@ -30,10 +30,17 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="stage timings and explanations")
     common.add_argument("--timeout", type=float, default=None, help="seconds (default 1.0)")
     common.add_argument("--json", action="store_true", help="the answer as JSON")
-    common.add_argument("--ca", help="TLS: the CA certificate to trust (PEM)")
+    common.add_argument(
+        "--ca", help=f"TLS: the CA certificate to trust (PEM); default ${CA_FILE_VARIABLE}"
+    )
     common.add_argument("--cert", help="TLS: a client certificate (PEM)")
     common.add_argument("--key", help="TLS: the client certificate's key (PEM)")
-    common.add_argument("--tls", action="store_true", help="TLS with the system's CAs")
+    common.add_argument(
+        "--tls", action="store_true", help="TLS to a loopback address too (off it: always)"
+    )
+    common.add_argument(
+        "--plaintext", action="store_true", help="no TLS off loopback (a sidecar does it)"
+    )
     common.add_argument("--server-name", help="TLS: the name in the server's certificate")
     common.add_argument("--token-file", help="a bearer token to send, read from this file")
     top = argparse.ArgumentParser(prog="recserve-client", description=__doc__.split("\n")[0])
@@ -52,12 +59,13 @@ def parser() -> argparse.ArgumentParser:
 def options(args: argparse.Namespace) -> ClientOptions:
     tls = None
     if args.ca or args.cert or args.tls:
-        tls = TlsOptions.from_files(args.ca, args.cert, args.key, args.server_name)
+        ca = args.ca or os.environ.get(CA_FILE_VARIABLE) or None
+        tls = TlsOptions.from_files(ca, args.cert, args.key, args.server_name)
     token = None
     if args.token_file:
         with open(args.token_file) as file:
             token = file.read().strip()
-    return ClientOptions(tls=tls, token=token)
+    return ClientOptions(tls=tls, token=token, plaintext=args.plaintext)
 
 
 def attributes(value: str | None) -> UserAttributes | None:

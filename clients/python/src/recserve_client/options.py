@@ -9,10 +9,14 @@ hit harder, and stays inside the call's one deadline.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SERVICE = "recserve.recommend.v1.RecommendService"
+# The CA file a client trusts when its options name none (the stack's own
+# edge certificate: <data_dir>/edge/ca.crt); unset: the system's CAs.
+CA_FILE_VARIABLE = "RECSERVE_CA_FILE"
 # The idempotent reads: the only methods the policy below applies to. A
 # method not named here (a future write) gets no retry by default.
 READ_METHODS = ("Recommend", "SimilarItems")
@@ -118,6 +122,12 @@ class TlsOptions:
             raise ValueError("cert and key: give both or neither")
         return cls(read(ca), read(cert), read(key), server_name)
 
+    @classmethod
+    def default(cls) -> TlsOptions:
+        """What a client uses off loopback when its options say nothing: the CA
+        in RECSERVE_CA_FILE, else the system's."""
+        return cls.from_files(ca=os.environ.get(CA_FILE_VARIABLE) or None)
+
 
 @dataclass(frozen=True)
 class ClientOptions:
@@ -128,9 +138,14 @@ class ClientOptions:
     # call at 1 s.
     timeout_s: float = 1.0
     retry: RetryPolicy | None = field(default_factory=RetryPolicy)
+    # None: TLS (TlsOptions.default()) to any address but loopback, which
+    # gets plaintext; given: TLS with these, loopback included.
     tls: TlsOptions | None = None
     # Sent as ``authorization: Bearer <token>``; only over TLS or loopback.
     token: str | None = None
+    # No TLS even off loopback (a sidecar or tunnel does it); a token is then
+    # refused there.
+    plaintext: bool = False
     keepalive_time_s: float = 30.0
     keepalive_timeout_s: float = 10.0
     channel_options: tuple[tuple[str, str | int], ...] = ()
@@ -138,6 +153,8 @@ class ClientOptions:
     def __post_init__(self) -> None:
         if self.timeout_s <= 0:
             raise ValueError("timeout_s: must be positive")
+        if self.plaintext and self.tls is not None:
+            raise ValueError("plaintext and tls: one or the other")
 
     def service_config(self) -> str:
         config: dict[str, object] = {"methodConfig": []}

@@ -13,6 +13,11 @@ Each consumer's Secret holds only the files it reads (a component's
 certificate and key, the CA, and Triton's control secret for Triton and the
 ranker): a compromised pod holds no other component's key.
 
+Envoy's TLS listener reads ``recserve-edge-tls`` (kubernetes.io/tls: tls.crt,
+tls.key, ca.crt, cert-manager's keys). The Job writes a pair from the stack's
+CA there unless another manager (cert-manager) owns that Secret: then it is
+left to its owner, and `keys` leaves the restored copy as it is.
+
 Standard library only: it runs in the pipelines image with the pod's
 service account token (server-side apply, so a rerun is an update).
 """
@@ -33,6 +38,8 @@ from pathlib import Path
 COMPONENTS = ("gateway", "features", "retriever", "ranker", "triton", "envoy", "operator")
 CONTROL = "triton-control.secret"
 NEEDS_CONTROL = ("ranker", "triton")
+EDGE_SECRET = "recserve-edge-tls"
+SECRET_TYPES = {EDGE_SECRET: "kubernetes.io/tls"}
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 FIELD_MANAGER = "recserve-init"
 LABELS = {"app.kubernetes.io/part-of": "recserve", "app.kubernetes.io/managed-by": FIELD_MANAGER}
@@ -59,6 +66,8 @@ def secrets() -> dict[str, dict[str, str]]:
         "app.token": "auth/app.token",
     }
     out["recserve-ca"] = {"ca.pem": "tls/ca.pem", "ca.key": "tls/ca.key", CONTROL: f"tls/{CONTROL}"}
+    # Envoy's TLS listener, for app backends.
+    out[EDGE_SECRET] = {key: f"edge/{key}" for key in ("tls.crt", "tls.key", "ca.crt")}
     return out
 
 
@@ -112,12 +121,18 @@ class Api:
             return None
         return {key: base64.b64decode(value) for key, value in found.get("data", {}).items()}
 
+    def owned_by_another(self, name: str) -> bool:
+        """The Secret exists and another manager made it (cert-manager's edge pair)."""
+        found = self.call("GET", self.secret_path(name))
+        labels = (found or {}).get("metadata", {}).get("labels") or {}
+        return found is not None and labels.get("app.kubernetes.io/managed-by") != FIELD_MANAGER
+
     def apply_secret(self, name: str, data: dict[str, bytes]) -> None:
         manifest = {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": name, "namespace": self.namespace, "labels": LABELS},
-            "type": "Opaque",
+            "type": SECRET_TYPES.get(name, "Opaque"),
             "data": {key: base64.b64encode(value).decode() for key, value in sorted(data.items())},
         }
         query = f"?fieldManager={FIELD_MANAGER}&force=true"
@@ -146,11 +161,13 @@ def restore(api: Api, directory: Path) -> list[str]:
     return found
 
 
-def collect(directory: Path) -> dict[str, dict[str, bytes]]:
+def collect(directory: Path, skip: frozenset[str] = frozenset()) -> dict[str, dict[str, bytes]]:
     """Every Secret's data from the files, or SystemExit naming what is missing."""
     out: dict[str, dict[str, bytes]] = {}
     missing = []
     for name, files in secrets().items():
+        if name in skip:
+            continue
         data = {}
         for key, relative in files.items():
             path = directory / relative
@@ -165,7 +182,10 @@ def collect(directory: Path) -> dict[str, dict[str, bytes]]:
 
 
 def publish(api: Api, directory: Path) -> list[str]:
-    collected = collect(directory)
+    theirs = frozenset(n for n in SECRET_TYPES if api.owned_by_another(n))
+    for name in sorted(theirs):
+        print(f"{name}: another manager's (cert-manager?), left as it is")
+    collected = collect(directory, theirs)
     for name, data in collected.items():
         api.apply_secret(name, data)
     return list(collected)

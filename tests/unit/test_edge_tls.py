@@ -1,0 +1,112 @@
+"""Envoy's TLS listener for app backends: the edge pair from the stack's CA
+(pki.ensure_edge), when the listener is on (settings), and the config that
+serves it (envoy.render)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from recserve_stack import envoy, pki
+from recserve_stack.settings import EDGE_PORT, StackSettings
+
+
+def load(path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+def test_the_edge_pair_is_signed_by_the_stacks_ca_for_the_names_given(tmp_path):
+    edge = pki.ensure_edge(tmp_path / "edge", tmp_path / "tls", ["localhost", "127.0.0.1", "shop"])
+    cert, ca = load(edge / "tls.crt"), load(tmp_path / "tls" / "ca.pem")
+    cert.verify_directly_issued_by(ca)
+    assert (edge / "ca.crt").read_bytes() == (tmp_path / "tls" / "ca.pem").read_bytes()
+    assert pki.certificate_names(cert) == ["localhost", "127.0.0.1", "shop"]
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [ExtendedKeyUsageOID.SERVER_AUTH]  # a server, never a client
+    assert (edge / "tls.key").stat().st_mode & 0o777 == 0o600
+    key = serialization.load_pem_private_key((edge / "tls.key").read_bytes(), None)
+    assert key.public_key() == cert.public_key()
+
+
+def test_the_pair_is_kept_until_its_names_change(tmp_path):
+    first = pki.ensure_edge(tmp_path / "edge", tmp_path / "tls", ["localhost"]) / "tls.crt"
+    kept = first.read_bytes()
+    pki.ensure_edge(tmp_path / "edge", tmp_path / "tls", ["localhost"])
+    assert first.read_bytes() == kept
+    pki.ensure_edge(tmp_path / "edge", tmp_path / "tls", ["localhost", "recs.example.com"])
+    assert pki.certificate_names(load(first)) == ["localhost", "recs.example.com"]
+
+
+def test_a_certificate_of_another_ca_is_left_as_it_is(tmp_path):
+    """Yours, or cert-manager's: the stack never overwrites it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "recs.example.com")])
+    now = dt.datetime.now(dt.UTC)
+    theirs = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=2))  # due, were it ours
+        .sign(key, hashes.SHA256())
+    )
+    edge = tmp_path / "edge"
+    edge.mkdir()
+    pem = theirs.public_bytes(serialization.Encoding.PEM)
+    (edge / "tls.crt").write_bytes(pem)
+    pki.ensure_edge(edge, tmp_path / "tls", ["localhost"])
+    assert (edge / "tls.crt").read_bytes() == pem and not (edge / "tls.key").exists()
+
+
+def test_the_listener_is_on_off_loopback_or_when_asked(tmp_path):
+    assert StackSettings(data_dir=tmp_path).edge_listen_port == 0  # `make run`: plaintext only
+    assert StackSettings(data_dir=tmp_path, host="10.0.0.5").edge_listen_port == EDGE_PORT
+    assert StackSettings(data_dir=tmp_path, host="10.0.0.5", edge_port=0).edge_listen_port == 0
+    asked = StackSettings(data_dir=tmp_path, edge_port=9443, edge_host="0.0.0.0")
+    assert (asked.edge_listen_host, asked.edge_listen_port) == ("0.0.0.0", 9443)
+    assert asked.edge_dir == tmp_path / "edge"
+    names = StackSettings(data_dir=tmp_path, host="10.0.0.5", edge_names=["recs.example.com"])
+    assert names.edge_certificate_names[:2] == ["localhost", "127.0.0.1"]
+    assert {"10.0.0.5", "recs.example.com"} <= set(names.edge_certificate_names)
+    assert "0.0.0.0" not in asked.edge_certificate_names  # no name a client dials
+
+
+def listeners(settings: StackSettings) -> dict[str, dict]:
+    config = yaml.safe_load(envoy.render(settings))  # resolves the shared filters' anchor
+    return {item["name"]: item for item in config["static_resources"]["listeners"]}
+
+
+def test_the_edge_listener_runs_the_public_listeners_filters_behind_tls(tmp_path):
+    assert set(listeners(StackSettings(data_dir=tmp_path))) == {"public"}
+    found = listeners(StackSettings(data_dir=tmp_path, edge_port=9443))
+    public, edge = found["public"], found["edge"]
+    assert edge["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 9443}
+    (plain,), (tls,) = public["filter_chains"], edge["filter_chains"]
+    assert tls["filters"] == plain["filters"] and "transport_socket" not in plain
+    context = tls["transport_socket"]["typed_config"]
+    assert context["@type"].endswith("tls.v3.DownstreamTlsContext")
+    (pair,) = context["common_tls_context"]["tls_certificates"]
+    assert pair == {
+        "certificate_chain": {"filename": f"{tmp_path}/edge/tls.crt"},
+        "private_key": {"filename": f"{tmp_path}/edge/tls.key"},
+    }
+
+
+def test_your_own_pair_is_used_as_it_is_and_must_be_there(tmp_path):
+    own = tmp_path / "own"
+    settings = StackSettings(data_dir=tmp_path / "data", edge_port=9443, edge_tls_dir=own)
+    with pytest.raises(FileNotFoundError, match=r"tls\.crt or tls\.key"):
+        envoy.write_config(settings)
+    pki.ensure_edge(own, tmp_path / "their-ca", ["recs.example.com"])
+    before = (own / "tls.crt").read_bytes()
+    text = envoy.write_config(settings).read_text()
+    assert f"{own}/tls.crt" in text and (own / "tls.crt").read_bytes() == before
+    assert not (tmp_path / "data" / "edge").exists()
