@@ -19,7 +19,7 @@ from pipelines.dataset import Split, recent_items
 from pipelines.inputs import Inputs
 from pipelines.item_neighbours import history_rows
 from pipelines.models import Ranker, TwoTower
-from pipelines.selection_window import SIGNIFICANCE
+from pipelines.selection_window import weighted_better
 from recserve_model.encoding import Encoder
 from recserve_model.sources import (
     NEIGHBOUR_CANDIDATES,
@@ -252,10 +252,11 @@ def significant_best(per_user: dict[Blend, torch.Tensor]) -> Blend:
 
 def significantly_better(per_user: torch.Tensor, than: torch.Tensor) -> bool:
     """Whether ``per_user`` (each user's NDCG) beats ``than`` (the same
-    users') by more than SIGNIFICANCE standard errors of their paired difference."""
-    diff = per_user - than
-    error = float(diff.std()) / max(len(diff), 1) ** 0.5
-    return float(diff.mean()) > SIGNIFICANCE * error
+    users') by more than SIGNIFICANCE standard errors of their paired
+    difference: the window's weighted test with every user counted alike."""
+    users = len(per_user)
+    share = np.full(users, 1 / max(users, 1))
+    return weighted_better(per_user.double().numpy(), than.double().numpy(), share)
 
 
 def ndcg_per_user(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
