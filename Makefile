@@ -94,7 +94,7 @@ explorer: artifacts $(VENV)/.client  ## the recommendation explorer on 127.0.0.1
 	$(PY) clients/explorer/serve.py --data-dir $(DATA)
 
 test: artifacts redis-server java $(KVENV)/.installed clients  ## set everything up and run every test
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 screenshots: artifacts clients  ## refresh docs/img/explorer*.png from the explorer's browser test
 	RECSERVE_SCREENSHOTS=$(CURDIR)/docs/img $(PY) -m pytest -q tests/clients/test_explorer_browser.py
