@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -74,6 +75,29 @@ class Report:
     version: str = ""
     gate: dict[str, Any] = field(default_factory=dict)  # the build's held-out figures
     rollout: dict[str, Any] = field(default_factory=dict)  # the judge's decisions
+    # Each step's wall and CPU seconds (the cycle's own and its pipelines'
+    # processes'; the serving stack's share of a rollout is not in it).
+    steps: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def cpu_seconds() -> float:
+    """CPU this process and its finished children have used."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@contextmanager
+def timed(report: Report, step: str) -> Iterator[None]:
+    """Records ``step``'s wall and CPU seconds in the report, also when it fails."""
+    wall, cpu = time.monotonic(), cpu_seconds()
+    try:
+        yield
+    finally:
+        report.steps[step] = {
+            "wall_s": round(time.monotonic() - wall, 2),
+            "cpu_s": round(cpu_seconds() - cpu, 2),
+        }
 
 
 @contextmanager
@@ -213,11 +237,13 @@ def retrain(settings: StackSettings, plan: Plan) -> Report:
             if previous is None or previous.get("version") != status.candidate_version:
                 raise RetrainRefused(f"a rollout of {status.candidate_version} is {status.status}")
             report = Report(**previous)  # a crashed cycle's rollout: wait for it
-            roll_out(settings, plan, report, resume=True)
+            with timed(report, "rollout (resumed)"):
+                roll_out(settings, plan, report, resume=True)
             return finish(data_dir, report, state_path)
         report = Report(started_at=time.time(), reason=note)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.started_at))
-        snapshot = take_snapshot(data_dir, stamp)
+        with timed(report, "snapshot"):
+            snapshot = take_snapshot(data_dir, stamp)
         report.snapshot = str(snapshot)
         report.learned = json.loads((snapshot / "snapshot.json").read_text())
         why = nothing_new(data_dir, snapshot)
@@ -225,10 +251,13 @@ def retrain(settings: StackSettings, plan: Plan) -> Report:
             shutil.rmtree(snapshot, ignore_errors=True)
             report.outcome, report.reason, report.snapshot = "nothing-new", why, ""
             return finish(data_dir, report, state_path)
-        if build_candidate(data_dir, snapshot, report):
+        with timed(report, "build"):
+            built = build_candidate(data_dir, snapshot, report)
+        if built:
             state_path.parent.mkdir(parents=True, exist_ok=True)
             state_path.write_text(json.dumps(asdict(report)))
-            roll_out(settings, plan, report, resume=False)
+            with timed(report, "rollout"):
+                roll_out(settings, plan, report, resume=False)
         return finish(data_dir, report, state_path)
 
 
@@ -301,4 +330,6 @@ def retrain_command(
         ndcg = {m: round(v["ndcg@10"], 4) for m, v in report.gate.items() if "ndcg@10" in v}
         table.add_row("candidate", report.version)
         table.add_row("gate (ndcg@10)", ", ".join(f"{m} {v}" for m, v in ndcg.items()))
+    for step, took in report.steps.items():
+        table.add_row(step, f"{took['wall_s']} s, CPU {took['cpu_s']} s")
     console.print(table)

@@ -113,6 +113,7 @@ def test_with_nothing_new_the_cycle_builds_nothing(stack):
     output, _ = done.communicate(timeout=300)
     assert done.returncode == 0, output
     assert "retrain: nothing-new" in output and "no new events or catalogue changes" in output
+    assert "snapshot" in output and " s, CPU " in output  # the one step it ran, timed
     after = sorted(p.name for p in artifacts.artifacts_root(stack.data_dir).iterdir())
     assert after == before
     assert not any((stack.data_dir / "snapshots").iterdir())  # the snapshot is not kept
@@ -140,6 +141,8 @@ def test_a_cycle_learns_a_new_shopper_and_the_guardrail_promotes_it(stack, built
     assert learned["new_users"] == 1 and learned["new_items"] == 1, learned
     assert learned["events_used"] >= 25, learned
     assert report["gate"]["ranked"]["ndcg@10"] > 0
+    assert set(report["steps"]) == {"snapshot", "build", "rollout"}, report["steps"]
+    assert report["steps"]["build"]["cpu_s"] > 0  # the build's own process, counted
     actions = [d["action"] for d in report["rollout"]["decisions"]]
     assert actions[0] == "start" and actions[-1] == "promote" and "rollback" not in actions
     vectors = pd.read_parquet(beside.parent / "features" / "user_vectors.parquet")
