@@ -58,7 +58,7 @@ artifacts: setup  ## data, models, indexes, Triton repository (skipped when up t
 	$(PY) -m pipelines build --data-dir $(DATA)$(if $(DATASET), --dataset $(abspath $(DATASET)))$(if $(OVER_THE_GATE), --publish-over-the-gate)$(if $(PROMOTE), --promote)
 
 run: artifacts  ## set everything up and serve the whole stack on 127.0.0.1 (DATASET=DIR DATA=DIR: yours)
-	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up$(if $(DATASET),, --demo)
+	RECSERVE_STACK_DATA_DIR=$(abspath $(DATA)) $(PY) -m recserve_stack up$(if $(or $(DATASET),$(wildcard $(DATA)/dataset/dataset.yaml)),, --demo)
 
 redis-server:  ## Debian's redis-server, for the Redis online-store tests
 	@command -v redis-server >/dev/null || { (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null 2>&1 \
@@ -115,8 +115,8 @@ lint: setup  ## ruff, buf lint and breaking check, the layer contracts, mypy on 
 k8s-check: setup $(KVENV)/.installed  ## render each Kubernetes overlay, validate it (1.30, 1.33), checkov, hold it to the code
 	$(PY) -m pytest -q tests/kubernetes
 
-compose-up: setup  ## the Compose stack here: Docker engine, stand-in bases, build, start, wait healthy
-	infra/local/compose.sh up
+compose-up: setup  ## the Compose stack here: Docker engine, stand-in bases, build, start, wait healthy (DATASET=DIR: yours)
+	$(if $(DATASET),DATASET=$(abspath $(DATASET)) )infra/local/compose.sh up
 
 compose-down:  ## remove the Compose stack (containers, network, volumes) and the engine it started
 	infra/local/compose.sh down

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from pipelines import dataset, movielens, triton_repo
+from recserve_data import MANIFEST
 from recserve_delivery import state as rollout_state
 from recserve_model import artifacts
 
@@ -16,12 +17,21 @@ class PromoteRefused(RuntimeError):
     """--promote while a rollout decides what users get."""
 
 
+# A team's dataset inside its data dir: what Compose mounts (DATASET=) and
+# Kubernetes copies onto the volume, so every deployment builds it the same way.
+OWN_DATASET = "dataset"
+
+
 def default_dataset(data_dir: Path) -> Path:
     """What a build without ``--dataset`` learns from: the dataset of the
     data dir's current artifact (a shop's data dir retrains the shop, never
-    MovieLens); MovieLens-100K only where nothing was built yet."""
+    MovieLens); where nothing was built yet, the data dir's own dataset
+    (``<data dir>/dataset``, a manifest inside) or else MovieLens-100K."""
     serving = artifacts.current_version(data_dir)
     if serving is None:
+        own = data_dir / OWN_DATASET
+        if (own / MANIFEST).is_file():
+            return own
         return movielens.demo_dataset(data_dir / "raw")
     directory = artifacts.artifacts_root(data_dir) / serving
     recorded = dataset.artifact_dataset(directory) if directory.is_dir() else None

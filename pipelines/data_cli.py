@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -64,16 +66,67 @@ def facts(report: Report) -> str:
     return f" ({', '.join(counts)})" if counts else ""
 
 
+# A build container's memory: the estimate, plus the interpreter, torch and
+# the build's copies the estimate leaves out; never below what ML-100K needs.
+LIMIT_FLOOR_GIB, LIMIT_HEADROOM_GIB, LIMIT_FACTOR = 4, 2, 1.25
+
+
+def build_memory_limit_gib(report: Report) -> int:
+    """Whole GiB to give the container that builds this dataset (Compose's
+    init and retrain, the Kubernetes init Job)."""
+    needed = report.facts.get("memory_needed", 0) / GIB
+    return max(LIMIT_FLOOR_GIB, math.ceil(needed * LIMIT_FACTOR + LIMIT_HEADROOM_GIB))
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The report for tools: each check's status, the counts and every finding."""
+    return {
+        "directory": str(report.directory),
+        "passed": not report.failed,
+        "checks": {check: report.status(check).name for check in CHECKS},
+        "facts": report.facts,
+        "build_memory_limit_gib": build_memory_limit_gib(report),
+        "findings": [
+            {
+                "check": f.check,
+                "status": f.status.name,
+                "file": f.file,
+                "column": f.column,
+                "problem": f.problem,
+                "count": f.count,
+                "examples": [{"row": e.row, "value": e.value} for e in f.examples],
+            }
+            for f in report.findings
+        ],
+    }
+
+
 def validate(
     directory: Annotated[
         Path, typer.Argument(help="A dataset directory (dataset.yaml and tables).")
     ],
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="The report as JSON on stdout (with build_memory_limit_gib, the memory "
+            "to give a container that builds it), instead of tables.",
+        ),
+    ] = False,
 ) -> None:
     """Check a dataset directory completely: every problem with file, row, column
     and value, PASS/WARN/FAIL per check; exits 1 on any FAIL."""
-    console = cli_console()
     report, _ = inspect(directory, dataset.NEEDS)
-    print_report(report, console)
+    if as_json:
+        print(json.dumps(report_json(report), indent=2, default=int))
+    else:
+        console = cli_console()
+        print_report(report, console)
+        if "memory_needed" in report.facts:
+            console.print(
+                f"a container that builds it needs a memory limit of about "
+                f"{build_memory_limit_gib(report)} GiB"
+            )
     if report.failed:
         raise typer.Exit(1)
 

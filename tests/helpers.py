@@ -1,5 +1,6 @@
 """Test helpers: free ports, polling on a condition instead of sleeping,
-a full (not degraded) Recommend answer, and the ranker's request parts."""
+a full (not degraded) Recommend answer, the ranker's request parts, and a
+generated shop's busiest shopper and a brand-and-price filter."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+import numpy as np
 
 from recserve.recommend.v1 import recommend_pb2
 
@@ -226,3 +229,27 @@ def connect_as_nobody(path: Path) -> int:
     return subprocess.run(
         [python, "-I", "-S", "-c", OTHER_USER_CONNECT, str(path)], user="nobody"
     ).returncode
+
+
+def a_shopper(source: Any) -> str:
+    """A generated shop's busiest shopper."""
+    return str(source.interactions["user_id"].value_counts().index[0])
+
+
+def brand_and_price(source: Any) -> tuple[recommend_pb2.ItemFilter, Callable[[str], bool]]:
+    """The two commonest brands and the middle half of prices: a filter
+    many products meet, and many do not."""
+    items = source.items[source.items["active"]]
+    brands = list(items["brand"].value_counts().index[:2])
+    low, high = (float(q) for q in np.quantile(items["price"], [0.25, 0.75]))
+    conditions = [
+        recommend_pb2.AttributeFilter(name="brand", any_of=brands),
+        recommend_pb2.AttributeFilter(name="price", min=low, max=high),
+    ]
+    by_id = items.set_index("item_id")
+
+    def meets(item_id: str) -> bool:
+        row = by_id.loc[item_id]
+        return row["brand"] in brands and low <= row["price"] <= high
+
+    return recommend_pb2.ItemFilter(attributes=conditions), meets

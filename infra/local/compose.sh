@@ -4,8 +4,10 @@
 # compose.yaml plus compose.local.yaml. Used by `make compose-up|compose-down|compose-test`.
 #   compose.sh engine install and start the Docker engine (exit 1 if it cannot run)
 #   compose.sh up     the engine, build every image, start, wait healthy
+#                     (DATASET=DIR: a team's dataset instead of the demo)
 #   compose.sh down   remove the containers, network and volumes (and the engine if we started it)
-#   compose.sh test   up, the e2e suite through Envoy on :8080, then down
+#   compose.sh test   up, the e2e suite through Envoy on :8080; a generated
+#                     shop's stack from DATASET and its test; then down
 #   compose.sh sizes  every recserve image's size
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,8 +63,33 @@ wait_healthy() {
   return 1
 }
 
+PROBE_USER=42  # a MovieLens user; with DATASET, the dataset's busiest
+
+your_dataset() {
+  # DATASET=DIR: a team's dataset, validated here first (a failing one starts
+  # nothing), mounted at /data/dataset for the build (compose.yaml), whose
+  # container gets the memory validate estimates for it.
+  [ -n "${DATASET:-}" ] || return 0
+  local dir report
+  dir=$(realpath "$DATASET")
+  if ! report=$("$PY" -m pipelines validate --json "$dir"); then
+    "$PY" -m pipelines validate "$dir" >&2 || true
+    echo "DATASET=$DATASET fails validation: nothing was started" >&2
+    return 1
+  fi
+  export RECSERVE_DATASET=$dir
+  RECSERVE_BUILD_MEMORY=$("$PY" -c 'import json, sys
+print(json.load(sys.stdin)["build_memory_limit_gib"])' <<<"$report")G
+  export RECSERVE_BUILD_MEMORY
+  PROBE_USER=$("$PY" -c 'import sys, pathlib
+from recserve_data import load
+print(load(pathlib.Path(sys.argv[1])).interactions["user_id"].value_counts().index[0])' "$dir")
+  echo "dataset $dir (validated); the build's memory limit: $RECSERVE_BUILD_MEMORY"
+}
+
 up() {
   engine
+  your_dataset
   local start=$SECONDS
   infra/local/bases.sh
   wheels
@@ -96,7 +123,8 @@ first_full_answer() {
   # A Recommend through Envoy, as a client would, until one is not degraded.
   local reply
   for _ in $(seq 120); do
-    reply=$(curl -s -m 2 -d '{"user_id":"42","k":5}' http://127.0.0.1:8080/v1/recommend || true)
+    reply=$(curl -s -m 2 -d "{\"user_id\":\"$PROBE_USER\",\"k\":5}" \
+      http://127.0.0.1:8080/v1/recommend || true)
     case $reply in *'"degraded":false'*) echo "$reply" | cut -c1-300; return 0 ;; esac
     sleep 0.5
   done
@@ -104,11 +132,15 @@ first_full_answer() {
   return 1
 }
 
-down() {
+remove() {
   if docker info >/dev/null 2>&1; then
     "${COMPOSE[@]}" --profile canary --profile nightly --profile metrics \
       down --volumes --remove-orphans
   fi
+}
+
+down() {
+  remove
   if [ -f "$ENGINE_PID" ]; then
     kill "$(cat "$ENGINE_PID")" 2>/dev/null || true
     rm -f "$ENGINE_PID"
@@ -132,6 +164,16 @@ case ${1:-} in
     export COMPOSE_PROFILES=metrics
     up --scale gateway=2
     RECSERVE_E2E_STACK=compose "$PY" -m pytest -q -p no:cacheprovider tests/e2e "${@:2}"
+    # Then a team's dataset: a generated shop (staples bought again: its
+    # list passes the gate) from DATASET, built and served by a fresh stack.
+    remove
+    unset COMPOSE_PROFILES
+    rm -rf build/compose-shop
+    "$PY" -m pipelines generate-shop --out build/compose-shop --items 400 --users 300 \
+      --events 60000 --seed 3 --repeat >/dev/null
+    DATASET=build/compose-shop up
+    RECSERVE_COMPOSE_DATASET=$(realpath build/compose-shop) "$PY" -m pytest -q \
+      -p no:cacheprovider tests/compose/test_your_dataset.py
     ;;
   *) echo "usage: $0 engine|up|down|test|sizes" >&2; exit 2 ;;
 esac

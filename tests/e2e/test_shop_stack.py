@@ -29,7 +29,7 @@ from recserve_data import load
 from recserve_model import artifacts
 from recserve_model import segments as segment
 from recserve_model.encoding import EncodingSpec
-from tests.helpers import full_answer, poll_until
+from tests.helpers import a_shopper, brand_and_price, full_answer, poll_until
 from tests.stack import running_stack
 
 pytestmark = pytest.mark.local_stack_only
@@ -46,29 +46,6 @@ def shop(tmp_path_factory):
         channel = grpc.insecure_channel(stack.envoy_address)
         yield stack, recommend_pb2_grpc.RecommendServiceStub(channel), load(dataset)
         channel.close()
-
-
-def a_shopper(source) -> str:
-    return str(source.interactions["user_id"].value_counts().index[0])
-
-
-def brand_and_price(source):
-    """The two commonest brands and the middle half of prices: a filter
-    many products meet, and many do not."""
-    items = source.items[source.items["active"]]
-    brands = list(items["brand"].value_counts().index[:2])
-    low, high = (float(q) for q in np.quantile(items["price"], [0.25, 0.75]))
-    conditions = [
-        pb.AttributeFilter(name="brand", any_of=brands),
-        pb.AttributeFilter(name="price", min=low, max=high),
-    ]
-    by_id = items.set_index("item_id")
-
-    def meets(item_id: str) -> bool:
-        row = by_id.loc[item_id]
-        return row["brand"] in brands and low <= row["price"] <= high
-
-    return pb.ItemFilter(attributes=conditions), meets
 
 
 def test_recommend_filtered_on_brand_and_price_returns_only_matching_products(shop):

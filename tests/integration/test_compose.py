@@ -60,8 +60,13 @@ def stack(*names):
     return merged
 
 
+UNSET = re.compile(r"\$\{(\w+):-([^}]*)\}")
+
+
 def validate(spec):
-    return PyCompose.from_json(json.dumps(spec))
+    """The spec's parser, on the file as Compose reads it with no variable
+    set (each ``${NAME:-default}`` its default): it does not interpolate."""
+    return PyCompose.from_json(UNSET.sub(r"\2", json.dumps(spec)))
 
 
 @pytest.mark.parametrize(
@@ -459,3 +464,21 @@ def test_envoy_traces_in_compose_only_with_the_observability_layer():
     source = ROOT / mount.split(":")[0]
     # Envoy reads `tracing.random_sampling` in units of 0.01%.
     assert (source / "tracing" / "random_sampling").read_text().strip() == "10000"
+
+
+def test_the_builds_read_the_teams_dataset_where_the_default_build_looks():
+    """DATASET (RECSERVE_DATASET) is mounted read-only at /data/dataset for
+    every service that builds or reads the dataset, the data dir's own dataset
+    (pipelines.current); with none, an empty folder there: the demo."""
+    from pipelines.current import OWN_DATASET
+
+    services = app_services()
+    mount = f"${{RECSERVE_DATASET:-./infra/docker/no-dataset}}:/data/{OWN_DATASET}:ro"
+    for name in ("init", "rescore", "retrain"):
+        assert mount in services[name]["volumes"] and "data:/data" in services[name]["volumes"]
+    placeholder = ROOT / "infra/docker/no-dataset"
+    assert placeholder.is_dir() and not (placeholder / "dataset.yaml").exists()
+    for name in ("init", "retrain"):  # what validate --json sizes (compose.sh)
+        limit = services[name]["deploy"]["resources"]["limits"]["memory"]
+        assert limit == "${RECSERVE_BUILD_MEMORY:-4G}", name
+    assert "RECSERVE_DATASET" in (ROOT / "infra/local/compose.sh").read_text()

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from recserve_data.report import show
 from tests.unit.dataset_fixtures import (
+    Data,
     Defect,
     add_column,
     cell,
     drop_column,
     manifest_edit,
     to_parquet,
+    write,
 )
 
 FILES = {"items": "items.csv", "interactions": "interactions.csv", "users": "users.csv"}
@@ -135,3 +139,14 @@ MANIFESTS = [
     ),
     ("unsupported format", "format", "2", manifest_edit("format", 2)),
 ]
+
+
+def broken(tmp_path: Path, defect: Defect) -> Path:
+    """The tiny dataset with ``defect``, written under ``tmp_path``."""
+    data = Data()
+    if defect.change is not None:
+        defect.change(data)
+    directory = write(tmp_path / "dataset", data)
+    if defect.after is not None:
+        defect.after(directory)
+    return directory

@@ -13,20 +13,10 @@ from typer.testing import CliRunner
 
 from recserve_data import InvalidDataset, Needs, Status, load, validate, write_manifest, write_table
 from recserve_data.validate import inspect
-from tests.unit.dataset_defects import DEFECTS, MANIFESTS
-from tests.unit.dataset_fixtures import NOW, PER_USER, Data, Defect, short_user, tiny, write
+from tests.unit.dataset_defects import DEFECTS, MANIFESTS, broken
+from tests.unit.dataset_fixtures import NOW, PER_USER, Data, short_user, tiny, write
 
 NEEDS = Needs(min_user_interactions=PER_USER, memory_bytes=8 << 30)
-
-
-def broken(tmp_path: Path, defect: Defect) -> Path:
-    data = Data()
-    if defect.change is not None:
-        defect.change(data)
-    directory = write(tmp_path / "dataset", data)
-    if defect.after is not None:
-        defect.after(directory)
-    return directory
 
 
 def messages(report, check: str) -> list[str]:
