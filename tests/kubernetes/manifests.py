@@ -17,7 +17,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "infra" / "kubernetes"
-OVERLAYS = ("cpu", "gpu", "observability", "production")
+# your-shop: a shop's own dataset (components/your-dataset) on the cpu overlay.
+OVERLAYS = ("cpu", "gpu", "observability", "production", "your-shop")
 KVENV_PYTHON = ROOT / ".venv-k8s" / "bin" / "python"
 SERVICES = ("gateway", "features", "retriever", "ranker")
 NAME = "app.kubernetes.io/name"
