@@ -317,6 +317,11 @@ def retrain_command(
     except RetrainRefused as refused:
         console.print(f"[red]{refused}[/]")
         raise typer.Exit(1) from None
+    console.print(report_table(report))
+
+
+def report_table(report: Report) -> Table:
+    """The cycle's report, as the command prints it."""
     table = Table(title=f"retrain: {report.outcome}", title_justify="left", show_header=False)
     table.add_row("reason", report.reason)
     if report.learned:
@@ -332,4 +337,4 @@ def retrain_command(
         table.add_row("gate (ndcg@10)", ", ".join(f"{m} {v}" for m, v in ndcg.items()))
     for step, took in report.steps.items():
         table.add_row(step, f"{took['wall_s']} s, CPU {took['cpu_s']} s")
-    console.print(table)
+    return table
