@@ -131,9 +131,21 @@ def one_at_a_time(data_dir: Path) -> Iterator[str]:
         os.close(descriptor)  # lets go of the lock
 
 
+def pipelines_environment() -> dict[str, str]:
+    """The pipelines' environment: OpenMP threads that wait asleep, not
+    spinning. A cycle's build shares the cores with the serving stack, where
+    torch's spinning threads doubled its time and its CPU (docs/benchmarks.md,
+    "A retrain cycle, by step"); a setting of the operator's own is kept."""
+    return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
+
+
 def pipelines(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pipelines", *args], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "pipelines", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=pipelines_environment(),
     )
 
 

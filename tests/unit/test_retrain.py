@@ -98,3 +98,16 @@ def test_the_cycle_reads_the_version_a_candidate_build_names():
     output = f"artifact data/artifacts/shop-1a2b3c4d5e6f (built); Triton versions {{}}\n{line}\n"
     assert candidate_version(output) == "shop-1a2b3c4d5e6f"
     assert candidate_version("the dataset fails validation: nothing was built\n") is None
+
+
+def test_the_cycles_pipelines_wait_asleep_unless_the_operator_says(monkeypatch):
+    """Beside the serving stack, OpenMP's spinning threads doubled the build's CPU."""
+    from recserve_stack.retrain import pipelines_environment
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("RECSERVE_STACK_DATA_DIR", "/somewhere")
+    environment = pipelines_environment()
+    assert environment["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert environment["RECSERVE_STACK_DATA_DIR"] == "/somewhere"  # the rest passes through
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert pipelines_environment()["OMP_WAIT_POLICY"] == "ACTIVE"
