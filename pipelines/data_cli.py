@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -86,18 +87,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "checks": {check: report.status(check).name for check in CHECKS},
         "facts": report.facts,
         "build_memory_limit_gib": build_memory_limit_gib(report),
-        "findings": [
-            {
-                "check": f.check,
-                "status": f.status.name,
-                "file": f.file,
-                "column": f.column,
-                "problem": f.problem,
-                "count": f.count,
-                "examples": [{"row": e.row, "value": e.value} for e in f.examples],
-            }
-            for f in report.findings
-        ],
+        "findings": [{**asdict(f), "status": f.status.name} for f in report.findings],
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import urllib.request
@@ -23,6 +24,8 @@ from recserve_kit.transport import Tls
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "recserve"
+# `${NAME:-default}` in the Compose files: the variable, and its value when unset.
+VARIABLE = re.compile(r"\$\{(\w+):-([^}]*)\}")
 COMPOSE = ["docker-compose", "-p", PROJECT, "-f", "compose.yaml", "-f", "compose.local.yaml"]
 # (Compose service, its port) per name the tests use.
 PORTS = {

@@ -26,6 +26,7 @@ from services.features.config import FeaturesSettings
 from services.gateway.config import GatewaySettings
 from services.ranker.config import RankerSettings
 from services.retriever.config import RetrieverSettings
+from tests.compose_stack import VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["compose.yaml", "compose.observability.yaml", "compose.gpu.yaml"]
@@ -60,13 +61,10 @@ def stack(*names):
     return merged
 
 
-UNSET = re.compile(r"\$\{(\w+):-([^}]*)\}")
-
-
 def validate(spec):
     """The spec's parser, on the file as Compose reads it with no variable
     set (each ``${NAME:-default}`` its default): it does not interpolate."""
-    return PyCompose.from_json(UNSET.sub(r"\2", json.dumps(spec)))
+    return PyCompose.from_json(VARIABLE.sub(r"\2", json.dumps(spec)))
 
 
 @pytest.mark.parametrize(

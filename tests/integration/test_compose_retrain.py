@@ -16,9 +16,9 @@ from recserve_stack.__main__ import app
 from recserve_stack.components import retrain_component
 from recserve_stack.retrain_schedule import parse_daily
 from recserve_stack.settings import StackSettings
+from tests.compose_stack import VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIABLE = re.compile(r"\$\{(\w+):-([^}]*)\}")
 
 
 def services() -> dict:

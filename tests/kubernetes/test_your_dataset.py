@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import yaml
@@ -17,6 +16,7 @@ import yaml
 from pipelines import current
 from pipelines.data_cli import LIMIT_FLOOR_GIB
 from recserve_data import MANIFEST
+from tests.helpers import poll_until
 from tests.kubernetes.manifests import K8S, OVERLAYS, container, containers, objects, pod
 
 SHOP = "your-shop"
@@ -90,9 +90,15 @@ def test_without_the_component_the_job_builds_the_demo_as_before():
 
 
 def run_wait(script: str, data: Path, seconds: int) -> subprocess.Popen:
+    """The wait's script with /data at ``data``; its ``sleep`` counts each
+    poll in ``data``/polls (a line each) and returns at once."""
+    shim = data / "bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "sleep").write_text(f"#!/bin/sh\necho poll >> {data}/polls\n")
+    (shim / "sleep").chmod(0o755)
     return subprocess.Popen(
         ["sh", "-c", script.replace("/data/", f"{data}/")],
-        env={"PATH": "/usr/bin:/bin", "WAIT_SECONDS": str(seconds),
+        env={"PATH": f"{shim}:/usr/bin:/bin", "WAIT_SECONDS": str(seconds),
              "POD_NAME": "recserve-init-x", "POD_NAMESPACE": "recserve"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -100,13 +106,20 @@ def run_wait(script: str, data: Path, seconds: int) -> subprocess.Popen:
     )  # fmt: skip
 
 
+def polls(data: Path) -> int:
+    found = data / "polls"
+    return len(found.read_text().splitlines()) if found.exists() else 0
+
+
 def test_the_wait_ends_when_the_upload_is_renamed_not_before(tmp_path):
     script = wait_script(objects(SHOP))
-    waiting = run_wait(script, tmp_path, 60)
+    waiting = run_wait(script, tmp_path, 10**6)
+    poll_until(lambda: polls(tmp_path) >= 1, 10, 0.01, "the wait's first poll")
     upload = tmp_path / "dataset.upload"
     upload.mkdir()
     (upload / MANIFEST).write_text("name: shop\n")  # copied, not yet renamed
-    time.sleep(6)  # past one poll (5 s)
+    seen = polls(tmp_path)
+    poll_until(lambda: polls(tmp_path) >= seen + 2, 10, 0.01, "a poll with the upload there")
     assert waiting.poll() is None
     upload.rename(tmp_path / "dataset")
     out, _ = waiting.communicate(timeout=15)
