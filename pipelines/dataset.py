@@ -31,9 +31,17 @@ from recserve_data import Column, ColumnType, Dataset, InvalidDataset, Needs, Re
 from recserve_feast.activity import RECENT_ITEMS, SEEN_ITEMS
 from recserve_model import attribute_features
 from recserve_model.catalogue import CatalogueSchema, EventKind
+from recserve_model.sources import NEIGHBOUR_CANDIDATES, POPULAR_CANDIDATES, REPEAT_CANDIDATES
 
 HOLDOUT = 10
 RANKER_WINDOW = 5
+# Each window user's candidates (the towers' 100 and the other sources',
+# the repeat source's included) at 40 bytes each (row, label, retrieval
+# score, six source features), and the ranker's scoring in chunks.
+RANKER_CANDIDATES = 100 + NEIGHBOUR_CANDIDATES + POPULAR_CANDIDATES + REPEAT_CANDIDATES
+RANKER_BYTES_PER_USER = RANKER_CANDIDATES * 40 + 4_096
+SCORED_ROWS = 100_000  # candidate rows through the ranker at once, without gradients
+RANKER_SCORING_BYTES = SCORED_ROWS * 4_096  # their activations, about
 
 
 def working_set(users: int, items: int, interactions: int) -> int:
@@ -44,11 +52,14 @@ def working_set(users: int, items: int, interactions: int) -> int:
     the candidates' and the baselines' score blocks (200 MB and 256 users x
     items x 3 float32), a few items x 64 tables. Both: some 200 bytes per
     interaction for the split's and the features' copies of the frames, and
-    a few kilobytes per user (histories, vectors, seen sets)."""
+    a few kilobytes per user (histories, vectors, seen sets), and the
+    ranker's examples (``RANKER_BYTES_PER_USER``) with the rows it scores at
+    once (``SCORED_ROWS`` of a few KB of activations each)."""
+    ranker = users * RANKER_BYTES_PER_USER + RANKER_SCORING_BYTES
     if items <= DENSE_ITEMS:
-        return users * items * 4 + items * items * 8 * 5 + interactions * 200
+        return users * items * 4 + items * items * 8 * 5 + interactions * 200 + ranker
     blocks = 200_000_000 + SCORED_USERS * items * 4 * 3
-    return blocks + items * 64 * 4 * 8 + interactions * 200 + users * 4_096
+    return blocks + items * 64 * 4 * 8 + interactions * 200 + users * 4_096 + ranker
 
 
 # One tower-period interaction at least, before the ranker's window and the holdout.

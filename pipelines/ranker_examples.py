@@ -259,6 +259,19 @@ def significantly_better(per_user: torch.Tensor, than: torch.Tensor) -> bool:
     return weighted_better(per_user.double().numpy(), than.double().numpy(), share)
 
 
+def in_chunks(
+    score: Callable[[torch.Tensor], torch.Tensor], users_at_once: int
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``score`` of a users index, computed ``users_at_once`` users at a
+    time and joined: the same scores, with a bounded peak of activations."""
+
+    def scored(users: torch.Tensor) -> torch.Tensor:
+        parts = [score(users[i : i + users_at_once]) for i in range(0, len(users), users_at_once)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    return scored
+
+
 def ndcg_per_user(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Each labelled row's NDCG@10 of its candidates ranked by ``scores``."""
     top = torch.argsort(scores, dim=1, descending=True, stable=True)[:, :10]

@@ -15,11 +15,12 @@ from rich.progress import Progress
 from torch import nn
 
 from pipelines import baselines, sparse_baselines
-from pipelines.dataset import Split
+from pipelines.dataset import SCORED_ROWS, Split
 from pipelines.inputs import Inputs
 from pipelines.models import Ranker, TwoTower
 from pipelines.ranker_examples import (
     AFFINITY_BLEND,
+    in_chunks,
     initial_blend,
     ndcg_per_user,
     ranker_examples,
@@ -203,7 +204,7 @@ def train_ranker(
     held = order[: len(order) // 5]
     fit = order[len(order) // 5 :]
 
-    def logits(u: torch.Tensor) -> torch.Tensor:
+    def chunk_logits(u: torch.Tensor) -> torch.Tensor:
         rows = ex.candidates[u].reshape(-1, 1)
         return model(
             rows,
@@ -214,6 +215,11 @@ def train_ranker(
             user_side[u].repeat_interleave(n, 0),
             ex.source_features[u].reshape(-1, SOURCE_FEATURES),
         ).reshape(len(u), n)
+
+    # The blends and the held-out checks score every window user at once:
+    # in chunks, so the model's activations stay bounded (40,000 shoppers
+    # at once went past 23 GB); a training step's users are one chunk.
+    logits = in_chunks(chunk_logits, max(1, SCORED_ROWS // n))
 
     # Three weights, not fit by gradient: chosen on every window user (a
     # fifth alone picked noise among the blends).

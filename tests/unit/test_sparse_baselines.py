@@ -93,7 +93,8 @@ def test_the_working_set_grows_linearly_above_the_dense_limit():
     assert marketplace < 24 * 2**30  # a 24 GiB machine builds it
     assert dataset.working_set(200_000, 2_000_000, 28_250_706) < 2 * marketplace
     small = dataset.working_set(943, 1_682, 100_000)
-    assert small == 943 * 1_682 * 4 + 1_682**2 * 40 + 100_000 * 200  # as before
+    ranker = 943 * dataset.RANKER_BYTES_PER_USER + dataset.RANKER_SCORING_BYTES
+    assert small == 943 * 1_682 * 4 + 1_682**2 * 40 + 100_000 * 200 + ranker
 
 
 def test_large_catalogues_train_with_sparse_id_tables():
