@@ -119,14 +119,19 @@ def check_envoy() -> None:
 def render_envoy(
     check: bool = typer.Option(False, help="Exit 1 if the committed file is stale."),
 ) -> None:
-    """Write infra/compose/envoy.yaml, the Envoy config of the Compose stack."""
-    text = envoy.render_compose()
+    """Write infra/compose/envoy.yaml, the Envoy config of the Compose stack,
+    and edge-sds.yaml beside it (the TLS listener's certificate files)."""
+    files = {
+        envoy.COMPOSE_CONFIG: envoy.render_compose(),
+        envoy.COMPOSE_SDS_CONFIG: envoy.render_compose_sds(),
+    }
     if check:
-        current = envoy.COMPOSE_CONFIG.read_text() if envoy.COMPOSE_CONFIG.exists() else ""
-        sys.exit(0 if current == text else 1)
-    envoy.COMPOSE_CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    envoy.COMPOSE_CONFIG.write_text(text)
-    console.print(f"wrote {envoy.COMPOSE_CONFIG}")
+        stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
+        sys.exit(1 if stale else 0)
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        console.print(f"wrote {path}")
 
 
 @app.command()

@@ -11,14 +11,21 @@ Vault, SPIFFE) into the same files.
 
 The edge pair (``ensure_edge``) is the certificate of Envoy's TLS listener
 for app backends, in cert-manager's file names (``tls.crt``, ``tls.key``,
-``ca.crt``), so a Secret cert-manager writes can take its place.
+``ca.crt``), so a Secret cert-manager writes can take its place. It is laid
+out as a Kubernetes Secret volume is: ``tls.crt`` and ``tls.key`` are links
+through ``..data`` to a directory holding the pair, and a renewal writes a new
+directory and renames one link, so Envoy (watching the directory for renames)
+reloads a new key and its certificate together, never one without the other.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
 from cryptography import x509
@@ -33,6 +40,8 @@ IDENTITIES = ("gateway", "features", "retriever", "ranker", "triton", "envoy", "
 VALID_DAYS = 365
 RENEW_DAYS = 30
 EDGE_CERT, EDGE_KEY, EDGE_CA = "tls.crt", "tls.key", "ca.crt"
+EDGE_DATA = "..data"  # the link a renewal swaps, a Kubernetes Secret volume's name
+EDGE_VERSION = "..pair-"  # the directories it points to, one kept
 EDGE_SUBJECT = "recserve edge"
 
 
@@ -75,10 +84,34 @@ def ensure_edge(edge_dir: Path, tls_dir: Path, names: list[str]) -> Path:
     key = ec.generate_private_key(ec.SECP256R1())
     # Server auth only: the edge certificate is no client of anything.
     cert = _leaf(EDGE_SUBJECT, key, ca_key, ca_cert, names, [ExtendedKeyUsageOID.SERVER_AUTH])
-    _write_key(edge_dir / EDGE_KEY, key)
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (edge_dir / EDGE_CA).write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    _swap_edge_pair(edge_dir, key, cert)
     return edge_dir
+
+
+def _swap_edge_pair(
+    edge_dir: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate
+) -> None:
+    """The pair in a new directory, then one rename of ``..data`` to serve it;
+    the names become links through ``..data`` (a rename each, the first time)."""
+    version = Path(tempfile.mkdtemp(prefix=EDGE_VERSION, dir=edge_dir))
+    _write_key(version / EDGE_KEY, key)
+    (version / EDGE_CERT).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _replace_link(edge_dir / EDGE_DATA, version.name)
+    for name in (EDGE_CERT, EDGE_KEY):
+        _replace_link(edge_dir / name, f"{EDGE_DATA}/{name}")
+    for old in edge_dir.iterdir():
+        if old.name.startswith(EDGE_VERSION) and old != version:
+            shutil.rmtree(old)
+
+
+def _replace_link(path: Path, target: str) -> None:
+    """``path`` a symbolic link to ``target``, put there by one rename."""
+    if path.is_symlink() and os.readlink(path) == target:
+        return
+    temporary = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
+    temporary.symlink_to(target)
+    os.replace(temporary, path)
 
 
 def certificate_names(cert: x509.Certificate) -> list[str]:

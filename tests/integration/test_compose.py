@@ -226,6 +226,8 @@ def clusters(config):
 def test_the_compose_envoy_config_is_current_and_valid(tmp_path):
     text = envoy.COMPOSE_CONFIG.read_text()
     assert text == envoy.render_compose(), "run: python -m recserve_stack render-envoy"
+    current = envoy.COMPOSE_SDS_CONFIG.read_text() == envoy.render_compose_sds()
+    assert current, "run: python -m recserve_stack render-envoy"
     config = yaml.safe_load(text)
     found = clusters(config)
     for service in SETTINGS:
@@ -246,6 +248,9 @@ def test_the_compose_envoy_config_is_current_and_valid(tmp_path):
     local = text.replace("/etc/envoy/recserve.pb", str(ROOT / "build" / "recserve.pb"))
     local = local.replace("/data/auth/jwks.json", str(jwks)).replace("/data/tls", str(tls_dir))
     local = local.replace(envoy.COMPOSE_EDGE_DIR, str(edge_dir))
+    sds = envoy.COMPOSE_SDS_CONFIG.read_text().replace(envoy.COMPOSE_EDGE_DIR, str(edge_dir))
+    (tmp_path / envoy.EDGE_SDS).write_text(sds)
+    local = local.replace(envoy.COMPOSE_SDS, str(tmp_path / envoy.EDGE_SDS))
     (tmp_path / "runtime").mkdir()  # the image has an empty one
     local = local.replace(envoy.COMPOSE_RUNTIME, str(tmp_path / "runtime"))
     for cluster in config["static_resources"]["clusters"]:

@@ -204,7 +204,9 @@ def test_envoys_clusters_are_headless_services_with_those_ports(docs):
     assert c["args"][:3] == ["envoy", "-c", "/etc/envoy/envoy.yaml"]
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod(docs, "envoy").spec["volumes"]}
-    text = envoy.COMPOSE_CONFIG.read_text()
+    # The config and the edge listener's SDS file beside it in the image.
+    assert f"COPY infra/compose/edge-sds.yaml {envoy.COMPOSE_SDS}" in dockerfile
+    text = envoy.COMPOSE_CONFIG.read_text() + envoy.COMPOSE_SDS_CONFIG.read_text()
     secrets = {"/data/auth": "recserve-jwks", "/data/tls": "recserve-tls-envoy"}
     secrets[envoy.COMPOSE_EDGE_DIR] = "recserve-edge-tls"  # kubernetes.io/tls, cert-manager's
     for path in re.findall(r"filename: (/data/[\w/.-]+)", text):
@@ -212,6 +214,11 @@ def test_envoys_clusters_are_headless_services_with_those_ports(docs):
         secret = volumes[mounts[directory]]["secret"]
         assert secret["secretName"] == secrets[directory], path
         assert file in {i["path"] for i in secret.get("items", [])} or "items" not in secret, path
+    # The whole Secret at the directory Envoy watches (a subPath mount would
+    # never see the kubelet's ..data swap, so a renewal would not reach Envoy).
+    assert f"watched_directory: {{ path: {envoy.COMPOSE_EDGE_DIR} }}" in text
+    (edge_mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == envoy.COMPOSE_EDGE_DIR]
+    assert "subPath" not in edge_mount
     runtime = volumes[mounts[envoy.COMPOSE_RUNTIME]]["configMap"]
     assert runtime["items"] == [{"key": "random_sampling", "path": "tracing/random_sampling"}]
     public, edge = config["static_resources"]["listeners"]

@@ -5,6 +5,7 @@ serves it (envoy.render)."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from recserve_stack import envoy, pki
-from recserve_stack.settings import EDGE_PORT, StackSettings
+from recserve_stack.settings import EDGE_PORT, ROOT, StackSettings
 
 
 def load(path) -> x509.Certificate:
@@ -93,11 +94,69 @@ def test_the_edge_listener_runs_the_public_listeners_filters_behind_tls(tmp_path
     assert tls["filters"] == plain["filters"] and "transport_socket" not in plain
     context = tls["transport_socket"]["typed_config"]
     assert context["@type"].endswith("tls.v3.DownstreamTlsContext")
-    (pair,) = context["common_tls_context"]["tls_certificates"]
-    assert pair == {
+    # The pair by file-based SDS: a file beside the config names it, and the
+    # directory Envoy watches for the renames of a renewal.
+    (secret,) = context["common_tls_context"]["tls_certificate_sds_secret_configs"]
+    sds = tmp_path / "envoy" / "edge-sds.yaml"
+    assert secret == {
+        "name": "edge",
+        "sds_config": {"resource_api_version": "V3", "path_config_source": {"path": str(sds)}},
+    }
+    assert "tls_certificates" not in context["common_tls_context"]
+    assert sds_pair(envoy.edge_sds(tmp_path / "edge")) == {
         "certificate_chain": {"filename": f"{tmp_path}/edge/tls.crt"},
         "private_key": {"filename": f"{tmp_path}/edge/tls.key"},
+        "watched_directory": {"path": f"{tmp_path}/edge"},
     }
+
+
+def sds_pair(text: str) -> dict:
+    """The one secret of an SDS file: Envoy's DiscoveryResponse, as YAML."""
+    (secret,) = yaml.safe_load(text)["resources"]
+    assert secret["@type"].endswith("tls.v3.Secret") and secret["name"] == "edge"
+    return secret["tls_certificate"]
+
+
+def test_the_compose_and_kubernetes_envoy_read_the_pair_by_the_committed_sds_file():
+    """The image carries it beside its config; it names the pair at /data/edge
+    (the volume in Compose, the Secret's mount on Kubernetes)."""
+    text = envoy.COMPOSE_SDS_CONFIG.read_text()
+    assert text == envoy.render_compose_sds(), "run: python -m recserve_stack render-envoy"
+    assert sds_pair(text)["watched_directory"] == {"path": envoy.COMPOSE_EDGE_DIR}
+    dockerfile = (ROOT / "infra" / "envoy" / "Dockerfile").read_text()
+    assert f"COPY infra/compose/edge-sds.yaml {envoy.COMPOSE_SDS}\n" in dockerfile
+    assert f"path_config_source: {{ path: {envoy.COMPOSE_SDS} }}" in envoy.render_compose()
+
+
+def test_a_renewal_swaps_one_link_to_a_new_pair(tmp_path):
+    """As a Kubernetes Secret volume: tls.crt and tls.key are links through
+    ..data, and a renewal writes a new directory and renames ..data over the
+    old link, so Envoy never reads a new key with the old certificate."""
+    edge = pki.ensure_edge(tmp_path / "edge", tmp_path / "tls", ["localhost"])
+    for name in ("tls.crt", "tls.key"):
+        assert (edge / name).readlink() == Path("..data") / name
+    first = (edge / "..data").readlink()
+    pki.ensure_edge(edge, tmp_path / "tls", ["localhost", "recs.example.com"])
+    second = (edge / "..data").readlink()
+    assert second != first and (edge / second / "tls.crt").is_file()
+    assert sorted(p.name for p in edge.iterdir()) == sorted(
+        ["..data", str(second), "ca.crt", "tls.crt", "tls.key"]
+    )  # the old pair removed, no temporary link left
+    assert pki.certificate_names(load(edge / "tls.crt"))[-1] == "recs.example.com"
+
+
+def test_a_pair_of_plain_files_becomes_links_at_its_renewal(tmp_path):
+    """A directory from before the links: renewed in place all the same."""
+    edge = tmp_path / "edge"
+    pki.ensure_edge(edge, tmp_path / "tls", ["localhost"])
+    for name in ("tls.crt", "tls.key"):
+        content = (edge / name).read_bytes()
+        (edge / name).unlink()
+        (edge / name).write_bytes(content)
+    pki.ensure_edge(edge, tmp_path / "tls", ["recs.example.com"])
+    assert (edge / "tls.key").is_symlink() and (edge / "tls.crt").is_symlink()
+    key = serialization.load_pem_private_key((edge / "tls.key").read_bytes(), None)
+    assert key.public_key() == load(edge / "tls.crt").public_key()
 
 
 def test_your_own_pair_is_used_as_it_is_and_must_be_there(tmp_path):
@@ -107,6 +166,10 @@ def test_your_own_pair_is_used_as_it_is_and_must_be_there(tmp_path):
         envoy.write_config(settings)
     pki.ensure_edge(own, tmp_path / "their-ca", ["recs.example.com"])
     before = (own / "tls.crt").read_bytes()
-    text = envoy.write_config(settings).read_text()
-    assert f"{own}/tls.crt" in text and (own / "tls.crt").read_bytes() == before
+    envoy.write_config(settings)
+    # The SDS file is written beside Envoy's config, never into your directory.
+    sds = (tmp_path / "data" / "envoy" / "edge-sds.yaml").read_text()
+    assert sds_pair(sds)["certificate_chain"] == {"filename": f"{own}/tls.crt"}
+    assert sds_pair(sds)["watched_directory"] == {"path": str(own)}
+    assert (own / "tls.crt").read_bytes() == before
     assert not (tmp_path / "data" / "edge").exists()
