@@ -109,6 +109,8 @@ def _replace_link(path: Path, target: str) -> None:
     """``path`` a symbolic link to ``target``, put there by one rename."""
     if path.is_symlink() and os.readlink(path) == target:
         return
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)  # a copy that followed the link (cp -rL, a backup)
     temporary = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
     temporary.symlink_to(target)
     os.replace(temporary, path)

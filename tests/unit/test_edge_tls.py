@@ -5,6 +5,7 @@ serves it (envoy.render)."""
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from pathlib import Path
 
 import pytest
@@ -146,14 +147,14 @@ def test_a_renewal_swaps_one_link_to_a_new_pair(tmp_path):
 
 
 def test_a_pair_of_plain_files_becomes_links_at_its_renewal(tmp_path):
-    """A directory from before the links: renewed in place all the same."""
+    """A directory from before the links, or a copy that followed them
+    (cp -rL, a backup): renewed in place all the same."""
+    made = pki.ensure_edge(tmp_path / "made", tmp_path / "tls", ["localhost"])
     edge = tmp_path / "edge"
-    pki.ensure_edge(edge, tmp_path / "tls", ["localhost"])
-    for name in ("tls.crt", "tls.key"):
-        content = (edge / name).read_bytes()
-        (edge / name).unlink()
-        (edge / name).write_bytes(content)
+    shutil.copytree(made, edge)  # follows links: ..data a directory, the pair files
+    assert not (edge / "..data").is_symlink() and not (edge / "tls.crt").is_symlink()
     pki.ensure_edge(edge, tmp_path / "tls", ["recs.example.com"])
+    assert (edge / "..data").is_symlink()
     assert (edge / "tls.key").is_symlink() and (edge / "tls.crt").is_symlink()
     key = serialization.load_pem_private_key((edge / "tls.key").read_bytes(), None)
     assert key.public_key() == load(edge / "tls.crt").public_key()
