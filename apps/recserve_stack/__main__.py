@@ -6,17 +6,16 @@ import asyncio
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from recserve_cli import console as cli_console
 from recserve_kit.config import load_settings
-from recserve_stack import auth, envoy, pki
+from recserve_stack import envoy, pki
 from recserve_stack.canary_cli import app as canary_app
 from recserve_stack.components import stack_components
+from recserve_stack.keys_cli import app as keys_app
 from recserve_stack.retrain import retrain_command
 from recserve_stack.rollout_cli import app as rollout_app
 from recserve_stack.runner import Component, ComponentFailed, Runner
@@ -25,6 +24,7 @@ from recserve_stack.settings import StackSettings
 app = typer.Typer(add_completion=False, help=__doc__)
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(canary_app, name="canary")
+app.add_typer(keys_app, name="keys")
 app.command("retrain")(retrain_command)
 console = cli_console(stderr=True)
 
@@ -132,38 +132,6 @@ def render_envoy(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         console.print(f"wrote {path}")
-
-
-@app.command()
-def keys(
-    auth_dir: Annotated[Path, typer.Argument(help="Where the key pair, JWKS and token go.")],
-    tls_dir: Annotated[
-        Path | None, typer.Option(help="Also the stack's CA and certificates, here.")
-    ] = None,
-    edge_dir: Annotated[
-        Path | None,
-        typer.Option(help="Also the TLS listener's pair (tls.crt, tls.key, ca.crt), here."),
-    ] = None,
-    edge_name: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A name the edge certificate carries (repeatable), besides localhost, "
-            "127.0.0.1 and RECSERVE_STACK_EDGE_NAMES."
-        ),
-    ] = None,
-) -> None:
-    """Create the admin key pair, JWKS and token, and the stack's certificates,
-    once (the Compose init step); renews what is about to expire."""
-    console.print(f"JWKS: {auth.ensure_keys(auth_dir)}")
-    if tls_dir is not None:
-        console.print(f"certificates: {pki.ensure_pki(tls_dir)}")
-    if edge_dir is not None:
-        if tls_dir is None:
-            raise typer.BadParameter("--edge-dir needs --tls-dir (the CA that signs it)")
-        # Not the host name: a container's changes with each run.
-        extra = load_settings(StackSettings).edge_names
-        names = list(dict.fromkeys(["localhost", "127.0.0.1", *(edge_name or []), *extra]))
-        console.print(f"edge certificate: {pki.ensure_edge(edge_dir, tls_dir, names)}")
 
 
 if __name__ == "__main__":

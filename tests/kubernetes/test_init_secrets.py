@@ -104,10 +104,16 @@ def test_publish_writes_each_consumer_only_its_files(api, tmp_path):
         base64.b64decode(gateway["gateway.key"]) == (tmp_path / "keys/tls/gateway.key").read_bytes()
     )
     assert set(store["recserve-jwks"]["data"]) == {"jwks.json"}
-    assert (
-        "ca.key" in store["recserve-ca"]["data"]
-        and "private.pem" in store["recserve-admin"]["data"]
-    )
+    assert "ca.key" in store["recserve-ca"]["data"]
+    # The key set: its state, the signing and the next private key, the tokens.
+    assert set(store["recserve-admin"]["data"]) == {
+        "keys.json",
+        "jwks.json",
+        "admin.token",
+        "app.token",
+        "recserve-admin-1.pem",
+        "recserve-admin-2.pem",
+    }
 
 
 def test_a_rerun_keeps_the_ca_and_the_control_secret(api, tmp_path):
@@ -122,12 +128,59 @@ def test_a_rerun_keeps_the_ca_and_the_control_secret(api, tmp_path):
         "tls/ca.key",
         "tls/triton-control.secret",
         "tls/ranker.pem",
-        "auth/private.pem",
+        "auth/keys.json",
+        "auth/recserve-admin-1.pem",
+        "auth/recserve-admin-2.pem",
+        "auth/app.token",
     ):
         assert (tmp_path / "second" / path).read_bytes() == (
             tmp_path / "first" / path
         ).read_bytes(), path
     assert ((tmp_path / "second" / "tls" / "ca.key").stat().st_mode & 0o777) == 0o600
+
+
+def test_a_rotated_key_set_goes_through_the_secret_without_the_old_private_key(api, tmp_path):
+    script = load()
+    keys(tmp_path / "first")
+    auth.rotate(tmp_path / "first" / "auth")
+    assert script.main(["publish", str(tmp_path / "first"), *api]) == 0
+    admin = FakeApi.store["recserve-admin"]["data"]
+    assert {"recserve-admin-2.pem", "recserve-admin-3.pem"} <= set(admin)
+    assert "recserve-admin-1.pem" not in admin  # it only verifies now
+    assert script.main(["restore", str(tmp_path / "second"), *api]) == 0
+    keys(tmp_path / "second")  # the init Job's rerun: nothing to renew, nothing rotated back
+    for path in ("auth/keys.json", "auth/jwks.json", "auth/app.token", "auth/recserve-admin-3.pem"):
+        assert (tmp_path / "second" / path).read_bytes() == (
+            tmp_path / "first" / path
+        ).read_bytes(), path
+
+
+def test_a_secret_of_one_key_is_migrated_and_published_without_it(api, tmp_path):
+    """An admin Secret made before key generations (private.pem, kid
+    recserve-admin-1): restored, migrated by `keys`, published anew."""
+    script = load()
+    keys(tmp_path / "first")
+    assert script.main(["publish", str(tmp_path / "first"), *api]) == 0
+    auth_dir = tmp_path / "first" / "auth"
+    legacy_jwks = json.loads((auth_dir / "jwks.json").read_text())["keys"][:1]
+    assert legacy_jwks[0]["kid"] == "recserve-admin-1"
+    legacy = {
+        "private.pem": (auth_dir / "recserve-admin-1.pem").read_bytes(),
+        "jwks.json": json.dumps({"keys": legacy_jwks}).encode(),
+        "admin.token": (auth_dir / "admin.token").read_bytes(),
+        "app.token": (auth_dir / "app.token").read_bytes(),
+    }
+    FakeApi.store["recserve-admin"]["data"] = {
+        key: base64.b64encode(value).decode() for key, value in legacy.items()
+    }
+    assert script.main(["restore", str(tmp_path / "second"), *api]) == 0
+    keys(tmp_path / "second")
+    assert script.main(["publish", str(tmp_path / "second"), *api]) == 0
+    admin = FakeApi.store["recserve-admin"]["data"]
+    assert "private.pem" not in admin and "recserve-admin-1.pem" in admin
+    assert base64.b64decode(admin["recserve-admin-1.pem"]) == legacy["private.pem"]
+    # The tokens stay (still valid, signed by the same key), not minted again.
+    assert base64.b64decode(admin["app.token"]) == legacy["app.token"]
 
 
 def test_the_first_run_restores_nothing_and_publish_needs_every_file(api, tmp_path, capsys):

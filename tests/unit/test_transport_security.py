@@ -105,8 +105,8 @@ async def test_admin_rpcs_verify_the_token_inside_the_service(secured, secrets, 
         "missing": None,
         "not a bearer": "Basic YWRtaW46YWRtaW4=",
         "garbage": "Bearer not-a-jwt",
-        "another key": f"Bearer {auth.mint_token(forged_dir / 'private.pem')}",
-        "expired": f"Bearer {auth.mint_token(auth_dir / 'private.pem', ttl_s=-60)}",
+        "another key": f"Bearer {auth.mint_token(forged_dir)}",
+        "expired": f"Bearer {auth.mint_token(auth_dir, ttl_s=-60)}",
     }
     async with transport.aio_channel(service.address, Tls.load(tls_dir, "operator")) as channel:
         stream = CallStream(channel)

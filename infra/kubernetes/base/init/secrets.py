@@ -5,7 +5,7 @@
 
 Between the two the Job runs `python -m recserve_stack keys DIR/auth
 --tls-dir DIR/tls`, as Compose's init does on its volume: restored first,
-the CA, the admin key and Triton's control secret stay what they were, and
+the CA, the admin key set and Triton's control secret stay what they were, and
 only certificates that are due are renewed. The keys live in a memory
 volume of the Job's pod and in Secrets, never on the shared data volume.
 
@@ -29,6 +29,7 @@ import base64
 import binascii
 import json
 import os
+import re
 import ssl
 import sys
 import urllib.error
@@ -41,6 +42,11 @@ NEEDS_CONTROL = ("ranker", "triton")
 EDGE_SECRET = "recserve-edge-tls"
 SECRET_TYPES = {EDGE_SECRET: "kubernetes.io/tls"}
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# The admin Secret also holds every auth/*.pem: the signing and the next
+# key, named by key id (private.pem before key generations), which change
+# with each rotation.
+ADMIN_SECRET = "recserve-admin"
+PRIVATE_KEYS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.pem")
 FIELD_MANAGER = "recserve-init"
 LABELS = {"app.kubernetes.io/part-of": "recserve", "app.kubernetes.io/managed-by": FIELD_MANAGER}
 
@@ -57,10 +63,11 @@ def secrets() -> dict[str, dict[str, str]]:
         out[f"recserve-tls-{name}"] = files
     # The public key set: Envoy and every service verify admin tokens with it.
     out["recserve-jwks"] = {"jwks.json": "auth/jwks.json"}
-    # The signing key, a token for operators and one for app backends (the
-    # events API); read by the Job alone.
-    out["recserve-admin"] = {
-        "private.pem": "auth/private.pem",
+    # The key set's state, a token for operators and one for app backends
+    # (the events API), and (PRIVATE_KEYS) the private keys, one file per
+    # key id; read by the Job alone.
+    out[ADMIN_SECRET] = {
+        "keys.json": "auth/keys.json",
         "jwks.json": "auth/jwks.json",
         "admin.token": "auth/admin.token",
         "app.token": "auth/app.token",
@@ -157,6 +164,9 @@ def restore(api: Api, directory: Path) -> list[str]:
         for key, relative in files.items():
             if key in data:
                 _write_private(directory / relative, data[key])
+        if name == ADMIN_SECRET:
+            for key in filter(PRIVATE_KEYS.fullmatch, data):
+                _write_private(directory / "auth" / key, data[key])
         found.append(name)
     return found
 
@@ -175,6 +185,10 @@ def collect(directory: Path, skip: frozenset[str] = frozenset()) -> dict[str, di
                 data[key] = path.read_bytes()
             else:
                 missing.append(str(path))
+        if name == ADMIN_SECRET:
+            for path in sorted((directory / "auth").glob("*.pem")):
+                if PRIVATE_KEYS.fullmatch(path.name):
+                    data[path.name] = path.read_bytes()
         out[name] = data
     if missing:
         raise SystemExit("missing (run recserve_stack keys first): " + ", ".join(sorted(missing)))
