@@ -20,6 +20,7 @@ from pipelines.inputs import Inputs
 from pipelines.models import Ranker, TwoTower
 from pipelines.ranker_examples import (
     AFFINITY_BLEND,
+    RankerExamples,
     in_chunks,
     initial_blend,
     ndcg_per_user,
@@ -185,9 +186,7 @@ def train_ranker(
     ranker window.
     """
     torch.manual_seed(config.seed)
-    n = config.ranker_candidates
-    ex = ranker_examples(split, inputs, tower, vectors, n, sources)
-    n = ex.candidates.shape[1]
+    ex = ranker_examples(split, inputs, tower, vectors, config.ranker_candidates, sources)
     model = initial_ranker(split, inputs, tower, config)
     with torch.no_grad():
         user_side = model.affinity.user_side(ex.history)  # fixed factors: once per user
@@ -203,6 +202,28 @@ def train_ranker(
     order = torch.randperm(len(ex.candidates), generator=generator)
     held = order[: len(order) // 5]
     fit = order[len(order) // 5 :]
+    logits = ranker_logits(model, ex, user_side)
+    # Three weights, not fit by gradient: chosen on every window user (a
+    # fifth alone picked noise among the blends).
+    blend = initial_blend(model, logits, ex.labels, order, ex.retrieval, ex.source_features)
+    best, by_epoch = keep_best_epoch(
+        model, logits, ex.labels, fit, held, (optimizer, generator), config, progress
+    )
+    return model, {
+        "kept_epoch": best,
+        "held_out_ndcg@10_by_epoch": by_epoch,
+        "initial_blend": blend,
+    }
+
+
+def ranker_logits(
+    model: Ranker, ex: RankerExamples, user_side: torch.Tensor
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The model's scores of the given users' candidates, [users, n]. The
+    blends and the held-out checks score every window user at once: in
+    chunks, so the activations stay bounded (40,000 shoppers at once went
+    past 23 GB); a training step's users are one chunk."""
+    n = ex.candidates.shape[1]
 
     def chunk_logits(u: torch.Tensor) -> torch.Tensor:
         rows = ex.candidates[u].reshape(-1, 1)
@@ -216,22 +237,7 @@ def train_ranker(
             ex.source_features[u].reshape(-1, SOURCE_FEATURES),
         ).reshape(len(u), n)
 
-    # The blends and the held-out checks score every window user at once:
-    # in chunks, so the model's activations stay bounded (40,000 shoppers
-    # at once went past 23 GB); a training step's users are one chunk.
-    logits = in_chunks(chunk_logits, max(1, SCORED_ROWS // n))
-
-    # Three weights, not fit by gradient: chosen on every window user (a
-    # fifth alone picked noise among the blends).
-    blend = initial_blend(model, logits, ex.labels, order, ex.retrieval, ex.source_features)
-    best, by_epoch = keep_best_epoch(
-        model, logits, ex.labels, fit, held, (optimizer, generator), config, progress
-    )
-    return model, {
-        "kept_epoch": best,
-        "held_out_ndcg@10_by_epoch": by_epoch,
-        "initial_blend": blend,
-    }
+    return in_chunks(chunk_logits, max(1, SCORED_ROWS // n))
 
 
 def keep_best_epoch(
