@@ -13,6 +13,7 @@ from rich.table import Table
 from recserve_cli import console as cli_console
 from recserve_kit.config import load_settings
 from recserve_stack import envoy, pki
+from recserve_stack.backup import backup_command, restore_command
 from recserve_stack.canary_cli import app as canary_app
 from recserve_stack.components import stack_components
 from recserve_stack.keys_cli import app as keys_app
@@ -26,6 +27,8 @@ app.add_typer(rollout_app, name="rollout")
 app.add_typer(canary_app, name="canary")
 app.add_typer(keys_app, name="keys")
 app.command("retrain")(retrain_command)
+app.command("backup")(backup_command)
+app.command("restore")(restore_command)
 console = cli_console(stderr=True)
 
 # Called once the stack is ready (make run prints sample recommendations).
