@@ -13,10 +13,11 @@ from rich.table import Table
 from recserve_cli import console as cli_console
 from recserve_kit.config import load_settings
 from recserve_stack import envoy, pki
-from recserve_stack.backup import backup_command, restore_command
+from recserve_stack.backup import backup_command
 from recserve_stack.canary_cli import app as canary_app
 from recserve_stack.components import stack_components
 from recserve_stack.keys_cli import app as keys_app
+from recserve_stack.restore import restore_command
 from recserve_stack.retrain import retrain_command
 from recserve_stack.rollout_cli import app as rollout_app
 from recserve_stack.runner import Component, ComponentFailed, Runner

@@ -31,29 +31,27 @@ without it is incomplete and ``restore`` refuses it):
   The online features are not rebuilt from events at start (only the
   artifact's are), so they are copied, not derived.
 - the live re-scoring run (``rescoring/PUBLISHED.json`` and its run), the
-  dataset export under ``raw/`` if the data dir holds one.
+  dataset export under ``raw/`` if the data dir holds one, the data dir's
+  own dataset (``dataset/``) and the snapshots the kept artifacts were
+  built from (the next build starts from the current one's).
 - secrets, unless ``--no-secrets``: ``auth/`` (the admin and app keys and
   tokens), ``tls/`` (the stack's CA and certificates) and ``edge/``, with
   their file modes, so that a restored stack accepts the same tokens and
   its clients trust the same CA.
 
 Left out: ``logs/``, ``traces/``, ``sockets/``, ``envoy/`` (written at
-start), ``triton/backends`` (links into the Triton wheel), ``snapshots/``
-(datasets ``recserve-stack retrain`` makes again from ``raw/`` and the
-events), re-scoring runs that are not live. A Redis online store
+start), ``triton/backends`` (links into the Triton wheel), older
+snapshots (no kept artifact was built from them), re-scoring runs that are
+not live. A Redis online store
 (RECSERVE_FEATURES_REDIS_URL) is not copied: back Redis up with its own
 RDB snapshot.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import socket
-import sqlite3
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +63,17 @@ from recserve_cli import console as cli_console
 from recserve_delivery import state as rollout_state
 from recserve_kit.config import load_settings
 from recserve_model import artifacts, published
+from recserve_stack.backup_files import (
+    code_version,
+    copy_file,
+    copy_log,
+    file_list,
+    log_lengths,
+    sqlite_copy,
+    stack_running,
+    transient,
+    transient_name,
+)
 from recserve_stack.settings import StackSettings
 
 FORMAT = 1
@@ -73,57 +82,11 @@ DATA = "data"
 LOGS = ("app", "impressions", "catalogue")  # under events/
 SECRETS = ("auth", "tls", "edge")
 ATTEMPTS = 5
-CHUNK = 1 << 20
-ROOT = Path(__file__).resolve().parents[2]
 console = cli_console(stderr=True)
 
 
 class BackupError(RuntimeError):
     pass
-
-
-# -- the event logs -------------------------------------------------------------
-
-
-def log_lengths(directory: Path) -> dict[Path, int]:
-    """Every ``*.jsonl`` file below ``directory`` and its length now: the
-    prefix a backup copies (files started later are not in it)."""
-    if not directory.is_dir():
-        return {}
-    return {path: path.stat().st_size for path in sorted(directory.rglob("*.jsonl"))}
-
-
-def copy_prefix(source: Path, length: int, target: Path) -> tuple[int, int]:
-    """The first ``length`` bytes of ``source`` into ``target``, cut after
-    the last newline among them; (bytes, lines) copied."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    copied = lines = whole = 0
-    with source.open("rb") as src, target.open("wb") as dst:
-        while copied < length:
-            chunk = src.read(min(CHUNK, length - copied))
-            if not chunk:
-                break  # shorter than listed: never, for an append-only log
-            dst.write(chunk)
-            newlines = chunk.count(b"\n")
-            if newlines:
-                lines += newlines
-                whole = copied + chunk.rfind(b"\n") + 1
-            copied += len(chunk)
-        dst.truncate(whole)
-        dst.flush()
-        os.fsync(dst.fileno())
-    return whole, lines
-
-
-def copy_log(lengths: dict[Path, int], source_root: Path, target_root: Path) -> dict[str, int]:
-    """Each listed file's prefix, at the same path under ``target_root``."""
-    summary = {"files": 0, "bytes": 0, "events": 0}
-    for path, length in lengths.items():
-        size, lines = copy_prefix(path, length, target_root / path.relative_to(source_root))
-        summary["files"] += 1
-        summary["bytes"] += size
-        summary["events"] += lines
-    return summary
 
 
 # -- the parts ---------------------------------------------------------------------
@@ -151,7 +114,7 @@ class Backup:
         target = self.target / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
-            shutil.copytree(source, target, ignore=_transient, copy_function=copy_file)
+            shutil.copytree(source, target, ignore=transient, copy_function=copy_file)
         else:
             copy_file(source, target)
         return True
@@ -177,11 +140,11 @@ class Backup:
             target.mkdir(parents=True)
             for path in sorted(feast_dir.iterdir()):
                 if path.name == "online.db":
-                    _sqlite_copy(path, target / path.name)
-                elif path.is_file() and not _transient_name(path.name):
+                    sqlite_copy(path, target / path.name)
+                elif path.is_file() and not transient_name(path.name):
                     shutil.copy2(path, target / path.name)
                 elif path.is_dir():
-                    shutil.copytree(path, target / path.name, ignore=_transient)
+                    shutil.copytree(path, target / path.name, ignore=transient)
             if _markers(feast_dir) == markers:  # no publish meanwhile
                 self.parts["feast"] = {"published": markers}
                 return
@@ -285,6 +248,23 @@ class Backup:
         (self.target / "artifacts" / "CURRENT").write_text(current)
         self.copy_tree("triton/repository")
         self.parts["model"] = {"current": current, "artifacts": copied}
+        self.parts["datasets"] = self.datasets(root, copied)
+
+    def datasets(self, root: Path, versions: list[str]) -> list[str]:
+        """The data dir's own dataset and the ones the kept artifacts were
+        built from (a retrain's snapshot): the next build starts from the
+        current artifact's dataset, so a restore without it could not build."""
+        named = {"dataset"} if (self.data_dir / "dataset" / "dataset.yaml").is_file() else set()
+        for version in versions:
+            manifest = json.loads((root / version / "manifest.json").read_text())
+            built_from = Path(manifest.get("dataset_dir") or "")
+            if not built_from.is_absolute():
+                continue  # the demo's, made again from raw/
+            if built_from.resolve().is_relative_to(self.data_dir.resolve()):
+                named.add(str(built_from.resolve().relative_to(self.data_dir.resolve())))
+            elif built_from.is_dir():
+                self.notes.append(f"{version} was built from {built_from}, outside: keep it")
+        return sorted(name for name in named if self.copy_tree(name))
 
     def rescoring(self) -> None:
         live = published.live_run(self.data_dir)
@@ -303,94 +283,8 @@ class Backup:
             self.notes.append("secrets left out: a restored stack makes new keys and tokens")
 
 
-def _transient_name(name: str) -> bool:
-    return name.endswith((".tmp", ".lock", "-journal", "-wal", "-shm"))
-
-
-def _transient(directory: str, names: list[str]) -> set[str]:
-    return {name for name in names if _transient_name(name)}
-
-
-ZEROS = bytes(CHUNK)
-
-
-def copy_file(source: str | Path, target: str | Path) -> None:
-    """``shutil.copy2`` that keeps holes: Qdrant preallocates its WAL and
-    segment files (32 MiB each, mostly never written), and a plain copy
-    would write every zero."""
-    with open(source, "rb") as src, open(target, "wb") as dst:
-        while chunk := src.read(CHUNK):
-            if chunk == ZEROS[: len(chunk)]:
-                dst.seek(len(chunk), os.SEEK_CUR)
-            else:
-                dst.write(chunk)
-        dst.truncate()
-    shutil.copystat(source, target)
-
-
 def _markers(feast_dir: Path) -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(feast_dir.glob("published-*.json"))}
-
-
-def _sqlite_copy(source: Path, target: Path) -> None:
-    """SQLite's online backup: one consistent state of the database while
-    another process writes it."""
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
-    dst = sqlite3.connect(target)
-    try:
-        src.backup(dst)
-    finally:
-        dst.close()
-        src.close()
-
-
-def code_version() -> str:
-    try:
-        result = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-        commit = result.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
-    return f"recserve {commit}"
-
-
-def file_list(root: Path) -> dict[str, dict[str, Any]]:
-    files = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            digest = hashlib.sha256()
-            with path.open("rb") as f:
-                for block in iter(lambda: f.read(CHUNK), b""):
-                    digest.update(block)
-            files[str(path.relative_to(root))] = {
-                "bytes": path.stat().st_size,
-                "sha256": digest.hexdigest(),
-            }
-    return files
-
-
-def stack_running(settings: StackSettings) -> list[str]:
-    """The stack's sockets that a process answers on (the local runner's
-    services listen on ``socket_dir``; a stopped stack leaves at most
-    files nobody answers on)."""
-    answering = []
-    directory = settings.socket_dir
-    for path in sorted(directory.glob("*.sock")) if directory.is_dir() else ():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-            answering.append(path.name)
-        except OSError:
-            pass
-        finally:
-            probe.close()
-    return answering
 
 
 def backup(
@@ -442,54 +336,10 @@ def backup(
     return manifest
 
 
-def read_manifest(source: Path) -> dict[str, Any]:
-    path = source / MANIFEST
-    if not path.exists():
-        raise BackupError(f"{path} is missing: not a backup, or an incomplete one")
-    manifest: dict[str, Any] = json.loads(path.read_text())
-    if manifest.get("format") != FORMAT:
-        raise BackupError(f"{path}: format {manifest.get('format')}, this code reads {FORMAT}")
-    return manifest
-
-
-def check_files(source: Path, manifest: dict[str, Any]) -> None:
-    """Every file the manifest lists, with its size and sha256."""
-    found = file_list(source / DATA)
-    for name, expected in manifest["files"].items():
-        got = found.get(name)
-        if got is None:
-            raise BackupError(f"{source / DATA / name} is missing")
-        if got != expected:
-            raise BackupError(f"{source / DATA / name} differs from the manifest")
-
-
-def restore(source: Path, data_dir: Path, force: bool = False) -> dict[str, Any]:
-    """Puts the backup in ``source`` into ``data_dir``: absent or empty, or
-    with ``force`` the paths the backup holds are replaced (the rest, such
-    as logs/, stays). The caller checks that no stack runs there."""
-    manifest = read_manifest(source)
-    if data_dir.exists() and any(data_dir.iterdir()) and not force:
-        raise BackupError(f"{data_dir} is not empty (--force replaces what the backup holds)")
-    check_files(source, manifest)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    for entry in sorted((source / DATA).iterdir()):
-        existing = data_dir / entry.name
-        if existing.is_symlink() or existing.is_file():
-            existing.unlink()
-        elif existing.is_dir():
-            shutil.rmtree(existing)
-        if entry.is_dir():
-            shutil.copytree(entry, existing, copy_function=copy_file)
-        else:
-            copy_file(entry, existing)
-    shutil.copystat(source / DATA, data_dir)
-    return manifest
-
-
 # -- the commands ----------------------------------------------------------------
 
 
-def _settings(data_dir: Path | None) -> StackSettings:
+def settings_for(data_dir: Path | None) -> StackSettings:
     settings = load_settings(StackSettings)
     if data_dir is not None:
         settings = settings.model_copy(update={"data_dir": data_dir})
@@ -514,7 +364,7 @@ def backup_command(
     """Back up a data dir, its stack running or not: the event logs up to
     now, the artifacts in use, rollout state, Feast's registry and online
     store, the retriever's Qdrant Edge shards, and secrets (see --no-secrets)."""
-    settings = _settings(data_dir)
+    settings = settings_for(data_dir)
     running = bool(stack_running(settings))
     try:
         manifest = backup(settings.data_dir, out, secrets, running)
@@ -531,33 +381,3 @@ def backup_command(
     )
     for note in manifest["notes"]:
         console.print(f"note: {note}")
-
-
-def restore_command(
-    source: Annotated[Path, typer.Option("--from", help="A directory `backup` wrote.")],
-    force: Annotated[
-        bool, typer.Option(help="Replace what the backup holds in a data dir that is not empty.")
-    ] = False,
-    data_dir: Annotated[
-        Path | None, typer.Option(help="Default: RECSERVE_STACK_DATA_DIR's.")
-    ] = None,
-) -> None:
-    """Restore a backup into a data dir whose stack is stopped; `up` then
-    serves the backed-up model version and lists."""
-    settings = _settings(data_dir)
-    answering = stack_running(settings)
-    if answering:
-        console.print(
-            f"[red]a stack is running on {settings.data_dir} (answering on "
-            f"{', '.join(answering)} in {settings.socket_dir}): stop it first[/]"
-        )
-        raise typer.Exit(1)
-    try:
-        manifest = restore(source, settings.data_dir, force)
-    except BackupError as failure:
-        console.print(f"[red]restore failed: {failure}[/]")
-        raise typer.Exit(1) from None
-    console.print(
-        f"restored {source} ({manifest['created_at']}, {len(manifest['files'])} files) into "
-        f"{settings.data_dir}; CURRENT {manifest['current']}"
-    )

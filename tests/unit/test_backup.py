@@ -17,17 +17,16 @@ import pytest
 
 from recserve_kit.jsonl_log import JsonlLog, read_records
 from recserve_model import artifacts
-from recserve_stack.backup import (
+from recserve_stack.backup import BackupError, backup
+from recserve_stack.backup_files import (
     CHUNK,
-    BackupError,
-    backup,
     copy_file,
     copy_log,
     copy_prefix,
     log_lengths,
-    restore,
     stack_running,
 )
+from recserve_stack.restore import restore
 from recserve_stack.settings import StackSettings
 
 
@@ -144,6 +143,26 @@ def test_backup_and_restore_keep_what_serves_and_the_secrets_modes(tmp_path):
 
     with pytest.raises(BackupError, match="not empty"):
         backup(data_dir, tmp_path / "backup")
+
+
+def test_the_datasets_the_next_build_starts_from_are_kept(tmp_path):
+    """The data dir's own dataset and the retrain snapshot the served
+    artifact was built from: `make run` after a restore builds from them
+    (without them it stops: the dataset "is not there any more")."""
+    data_dir = small_data_dir(tmp_path)
+    for name in ("dataset", "snapshots/s2", "snapshots/s1-older"):
+        (data_dir / name).mkdir(parents=True)
+        (data_dir / name / "dataset.yaml").write_text(f"name: {name}")
+    version = data_dir / "artifacts" / "v1"
+    artifacts.write_manifest(version, "v1", {"dataset_dir": str(data_dir / "snapshots" / "s2")})
+    manifest = backup(data_dir, tmp_path / "backup")
+    assert manifest["datasets"] == ["dataset", "snapshots/s2"]
+    restore(tmp_path / "backup", tmp_path / "restored")
+    assert (tmp_path / "restored" / "snapshots" / "s2" / "dataset.yaml").read_text() == (
+        "name: snapshots/s2"
+    )
+    assert (tmp_path / "restored" / "dataset" / "dataset.yaml").exists()
+    assert not (tmp_path / "restored" / "snapshots" / "s1-older").exists()
 
 
 def test_an_altered_or_incomplete_backup_is_refused(tmp_path):
