@@ -173,15 +173,28 @@ def stack_env(data_dir: Path, canary: CanaryEnv | None = None, **overrides: str)
     return env
 
 
-def start_stack(data_dir: Path, canary: CanaryEnv | None = None, **overrides: str) -> RunningStack:
+UP = [sys.executable, "-m", "recserve_stack", "up"]
+
+
+def start_stack(
+    data_dir: Path,
+    canary: CanaryEnv | None = None,
+    command: list[str] | str = UP,
+    **overrides: str,
+) -> RunningStack:
+    """The runner started by ``command`` (a shell line, as a user types it,
+    runs in a session of its own: stopping it signals make and the runner
+    alike)."""
     env = stack_env(data_dir, canary, **overrides)
     process = subprocess.Popen(
-        [sys.executable, "-m", "recserve_stack", "up"],
+        command,
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        shell=isinstance(command, str),
+        start_new_session=isinstance(command, str),
     )
     stack = RunningStack(process, env, data_dir)
 
@@ -205,7 +218,10 @@ def wait_ready(stack: RunningStack, timeout_s: float = 240) -> None:
 
 def stop_stack(stack: RunningStack, timeout_s: float = 60) -> int:
     if stack.process.poll() is None:
-        stack.process.send_signal(signal.SIGTERM)
+        if isinstance(stack.process.args, str):  # a shell line's session
+            os.killpg(stack.process.pid, signal.SIGTERM)
+        else:
+            stack.process.send_signal(signal.SIGTERM)
     return stack.process.wait(timeout_s)
 
 
