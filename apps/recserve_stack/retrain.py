@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -233,9 +233,17 @@ def roll_out(settings: StackSettings, plan: Plan, report: Report, resume: bool) 
         "decisions": [
             {"action": d.action, "share_percent": d.share_percent, "reason": d.reason,
              "figures": dict(d.figures)}
-            for d in status.history if d.at_unix_s >= report.started_at - 1
+            for d in since_last_start(status.history)
         ],
     }  # fmt: skip
+
+
+def since_last_start(history: Sequence[pb.RolloutDecision]) -> list[pb.RolloutDecision]:
+    """This rollout's decisions: from the last start on. The history holds
+    earlier rollouts' too, and a cut by the clock took in the promotion of a
+    cycle that ended within a second of this one's start."""
+    starts = [i for i, d in enumerate(history) if d.action == "start"]
+    return list(history[starts[-1] :]) if starts else list(history)
 
 
 def retrain(settings: StackSettings, plan: Plan) -> Report:

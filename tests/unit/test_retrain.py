@@ -11,12 +11,14 @@ import sys
 import pytest
 
 from pipelines.current import candidate_line
+from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve_model import artifacts
 from recserve_stack.retrain import (
     RetrainRefused,
     candidate_version,
     nothing_new,
     one_at_a_time,
+    since_last_start,
 )
 
 
@@ -111,3 +113,15 @@ def test_the_cycles_pipelines_wait_asleep_unless_the_operator_says(monkeypatch):
     assert environment["RECSERVE_STACK_DATA_DIR"] == "/somewhere"  # the rest passes through
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert pipelines_environment()["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_a_cycles_report_holds_its_own_rollouts_decisions():
+    """The ranker's history holds earlier rollouts' decisions too: a cycle
+    that started within a second of the last one's promotion once reported
+    that promotion as its first decision."""
+    history = [
+        pb.RolloutDecision(action=action, at_unix_s=at)
+        for action, at in [("start", 1), ("promote", 10), ("start", 10), ("step", 11)]
+    ]
+    assert [d.action for d in since_last_start(history)] == ["start", "step"]
+    assert [d.action for d in since_last_start(history[3:])] == ["step"]  # its start scrolled out
