@@ -27,12 +27,11 @@ from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc, recommend_pb2, recommend_pb2_grpc
 from recserve_kit.jsonl_log import read_records
 from tests.e2e.test_events import token
-from tests.helpers import data_dir_for_versions, full_answer
+from tests.helpers import data_dir_for_versions, full_answer, poll_until
 from tests.stack import running_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARED = 5  # users whose lists are compared
-LOAD_S = 3.0  # of load before the backup starts, and after it ends
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -102,7 +101,7 @@ class Load:
                 except grpc.RpcError as failed:
                     self.failures.append(f"PushEvents: {failed.code()}")
                 n += 1
-                time.sleep(0.05)
+                self.stop.wait(0.05)  # the load's pace; ends at once when stopped
 
     def recommend(self) -> None:
         with grpc.insecure_channel(self.address) as channel:
@@ -117,7 +116,7 @@ class Load:
                 except grpc.RpcError as failed:
                     self.failures.append(f"Recommend: {failed.code()}")
                 n += 1
-                time.sleep(0.05)
+                self.stop.wait(0.05)  # the load's pace; ends at once when stopped
 
     def __enter__(self) -> Load:
         for thread in self.threads:
@@ -147,11 +146,13 @@ def test_a_backup_under_load_restores_the_same_lists_and_every_acknowledged_even
         before = lists(stub, users)
         app_token = token(stack, "app")
         with Load(stack, films, users) as load:
-            time.sleep(LOAD_S)
+            poll_until(lambda: len(load.acknowledged) >= 60 and load.recommended > 20,
+                       60, 0.05, "events and lists under load")  # fmt: skip
             began = time.time()
             backed_up = cli(stack.env, "backup", "--out", str(out))
             took_s = time.time() - began
-            time.sleep(LOAD_S)
+            after = len(load.acknowledged)
+            poll_until(lambda: len(load.acknowledged) >= after + 20, 60, 0.05, "load after it")
         assert backed_up.returncode == 0, backed_up.stderr
         assert not load.failures, load.failures[:5]
         assert load.recommended > 20

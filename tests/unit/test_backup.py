@@ -10,7 +10,6 @@ import json
 import socket
 import stat
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from recserve_stack.backup_files import (
 )
 from recserve_stack.restore import restore
 from recserve_stack.settings import StackSettings
+from tests.helpers import poll_until
 
 
 def test_a_torn_last_line_is_not_copied(tmp_path):
@@ -56,12 +56,12 @@ def test_the_copy_of_a_log_being_written_is_a_whole_prefix(tmp_path):
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        time.sleep(0.3)
+        poll_until(lambda: len(acknowledged) >= 4_000, 30, 0.01, "several files written")
         before = list(acknowledged)  # acknowledged before the backup began
         lengths = log_lengths(directory)
-        time.sleep(0.05)  # the writer goes on while the files are copied
+        # The writer goes on while the files are copied.
+        poll_until(lambda: len(acknowledged) >= len(before) + 200, 30, 0.01, "more written")
         summary = copy_log(lengths, tmp_path / "events", tmp_path / "backup")
-        time.sleep(0.1)
     finally:
         stop.set()
         thread.join()
