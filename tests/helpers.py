@@ -72,6 +72,24 @@ def poll_until(
         time.sleep(interval_s)
 
 
+def asked_until(
+    ask: Callable[[], T], accept: Callable[[T], bool], what: str, timeout_s: float = 30.0
+) -> T:
+    """``ask()`` again until ``accept`` takes its answer. A stage late on a busy
+    host degrades an answer for its own reason (FEATURES_TIMEOUT, say), which is
+    not the behaviour a test of cold start or a fallback is about."""
+    last: list[T] = []
+
+    def attempt() -> T | None:
+        last[:] = [ask()]
+        return last[0] if accept(last[0]) else None
+
+    try:
+        return poll_until(attempt, timeout_s, 0.2, what)
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out} (the last answer: {last})") from None
+
+
 async def apoll_until(
     condition: Callable[[], Awaitable[T]], timeout_s: float = 30.0, interval_s: float = 0.05
 ) -> T:

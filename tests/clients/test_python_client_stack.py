@@ -21,7 +21,7 @@ from recserve_client import (
 )
 
 from tests.clients.conftest import envoy_counters, frozen, full_answer
-from tests.helpers import poll_until
+from tests.helpers import asked_until, poll_until
 
 ATTEMPTS = ("http.ingress.downstream_rq_total", "cluster.gateway.upstream_rq_total")
 RETRIES = "cluster.gateway.upstream_rq_retry"
@@ -38,8 +38,12 @@ def test_answers_are_typed(client):
     similar = client.similar_items("1", k=5, surface="item-page")
     assert len(similar.items) == 5 and "1" not in similar.item_ids
     assert similar.recommendation_id not in (None, answer.recommendation_id)
-    cold = client.recommend("client-new-user", k=5)
-    assert cold.degraded and cold.degraded_reason == "COLD_START"
+    cold = asked_until(
+        lambda: client.recommend("client-new-user", k=5),
+        lambda answer: answer.degraded_reason == "COLD_START",
+        "a cold-start answer",
+    )
+    assert cold.degraded
     assert cold.fallback_source == "POPULAR"
 
 
@@ -56,10 +60,14 @@ def test_an_attribute_filter_is_applied_and_a_bad_one_named(client, built):
 
 
 def test_a_new_users_declared_attributes_pick_a_segment_and_a_bad_one_is_named(client):
-    retired = client.recommend(
-        "client-new-user", k=5, attributes=UserAttributes(values={"occupation": "retired"})
+    retired = asked_until(
+        lambda: client.recommend(
+            "client-new-user", k=5, attributes=UserAttributes(values={"occupation": "retired"})
+        ),
+        lambda answer: answer.degraded_reason == "COLD_START",
+        "a cold-start answer",
     )
-    assert retired.degraded_reason == "COLD_START" and retired.fallback_source == "ATTRIBUTES"
+    assert retired.fallback_source == "ATTRIBUTES"
     with pytest.raises(InvalidRequest) as raised:
         client.recommend("client-new-user", attributes=UserAttributes(values={"planet": "mars"}))
     assert raised.value.field == 'attributes.values["planet"]'
