@@ -233,7 +233,8 @@ class Backup:
             target = self.target / "rollout"
             target.mkdir(parents=True)
             for path in sorted(rollout_dir.glob("*.json")):
-                shutil.copy2(path, target / path.name)
+                if not path.name.endswith(".writer.json"):  # a live process's address
+                    shutil.copy2(path, target / path.name)
         root = artifacts.artifacts_root(self.data_dir)
         wanted = {current} | rollout_state.protected_versions(self.data_dir) | self.index_versions()
         copied = []

@@ -79,29 +79,48 @@ def service_component(settings: StackSettings, name: str, env: dict[str, str]) -
     )
 
 
-def gateway_process(
-    settings: StackSettings, name: str, port: int, replica: int, env: dict[str, str]
+def replica_process(
+    settings: StackSettings,
+    service: str,
+    name: str,
+    port: int,
+    metrics_port: int,
+    env: dict[str, str],
 ) -> Component:
-    """One more gateway: same settings, its own gRPC and metrics ports."""
+    """One more process of ``service``: the same settings, its own gRPC and
+    metrics ports (0: none) and socket."""
     address = f"{settings.host}:{port}"
+    prefix = f"RECSERVE_{service.upper()}_"
+    socket = {f"{prefix}SOCKET": str(settings.socket(name))} if settings.unix_sockets else {}
     return Component(
         name=name,
-        argv=[str(settings.python), "-u", "-m", "services.gateway"],
+        argv=[str(settings.python), "-u", "-m", f"services.{service}"],
         ready=functools.partial(grpc_serving, address, tls=operator_tls(settings)),
         env={
             **env,
-            "RECSERVE_GATEWAY_PORT": str(port),
-            "RECSERVE_GATEWAY_METRICS_PORT": str(settings.metrics_port("gateway", replica)),
-            **(
-                {"RECSERVE_GATEWAY_SOCKET": str(settings.socket(name))}
-                if settings.unix_sockets
-                else {}
-            ),
+            f"{prefix}PORT": str(port),
+            f"{prefix}METRICS_PORT": str(metrics_port),
+            **socket,
         },
         cwd=ROOT,
         address=address,
-        after=AFTER["gateway"],
+        after=AFTER[service],
     )
+
+
+def gateway_process(
+    settings: StackSettings, name: str, port: int, replica: int, env: dict[str, str]
+) -> Component:
+    metrics_port = settings.metrics_port("gateway", replica)
+    return replica_process(settings, "gateway", name, port, metrics_port, env)
+
+
+def ranker_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
+    """The extra rankers ("ranker-2", ...), no metrics port (the first's is the stack's)."""
+    return [
+        replica_process(settings, "ranker", f"ranker-{n}", port, 0, env)
+        for n, port in enumerate(settings.ranker_extra_ports, start=2)
+    ]
 
 
 def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
@@ -155,6 +174,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             address=f"{settings.host}:{settings.triton_grpc_port}",
         ),
         *(service_component(settings, name, env) for name in SERVICES),
+        *ranker_replicas(settings, env),
         *replicas,
         Component(
             name="envoy",

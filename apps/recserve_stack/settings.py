@@ -94,6 +94,20 @@ class StackSettings(BaseSettings):
         description="Ports of more gateway processes behind Envoy, as JSON; Envoy retries "
         "a failed call on another one, so a gateway that dies costs clients no error.",
     )
+    # More rankers, each its own Triton client: one writes the rollout, the
+    # others follow it (services/ranker/replica.py); the gateways call the first.
+    log_max_bytes: int = Field(
+        64 << 20,
+        ge=0,
+        description="Each component's log and Envoy's access log under data_dir/logs: past "
+        "this size it is renamed <name>.1 (replacing the one before), so each takes at most "
+        "twice this.",
+    )
+    ranker_extra_ports: list[int] = Field(
+        default_factory=list,
+        description="Ports of more ranker processes sharing the rollout, as JSON (the "
+        "gateways call the first; the others answer direct calls and forwarded actions).",
+    )
     # Where a second active gateway costs too much (two cores), a standby:
     # Envoy sends it nothing while the others are healthy (priority 1), and
     # a call whose gateway died is retried there.

@@ -13,21 +13,20 @@ its figures and counted in metrics.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 from recserve_delivery import sequential
 from recserve_delivery import state as rollout_state
 from recserve_delivery.assignment import user_position, version_at
 from recserve_delivery.outcomes import ArmOutcomes
-from recserve_delivery.state import Figures, Guardrail, RolloutState, Triggers, Verdict, judge
+from recserve_delivery.plan import Plan
+from recserve_delivery.state import Figures, RolloutState, Verdict, judge
 from recserve_delivery.windows import RolloutMetrics, VersionWindow
 from recserve_kit.errors import FailedPrecondition, InvalidArgument
 from recserve_model import artifacts
@@ -39,41 +38,6 @@ log = logging.getLogger(__name__)
 HOLD_LOG_S = 10.0
 TRAFFIC_WINDOW_S = 300.0  # the stable's recent lists: the guardrail's forecast at a start
 STATUSES: tuple[str, ...] = get_args(rollout_state.Status)
-
-
-@dataclass(frozen=True)
-class Plan:
-    candidate: str
-    steps_percent: list[float]
-    soak_s: float
-    min_requests: int
-    shadow_percent: float
-    triggers: Triggers
-    guardrail: Guardrail | None = None
-    experiment_s: float = 0.0  # > 0: an A/B experiment of this long at one split
-    more_candidates: tuple[str, ...] = ()  # an experiment's further arms
-
-    def check(self) -> None:
-        steps = self.steps_percent
-        if not steps or any(not 0 < s <= 100 for s in steps):
-            raise InvalidArgument("steps_percent", "each step must be in (0, 100]")
-        if self.experiment_s < 0:
-            raise InvalidArgument("experiment_s", "must be 0 (a rollout) or more")
-        arms = [self.candidate, *self.more_candidates]
-        if self.more_candidates and not self.experiment_s:
-            raise InvalidArgument("more_versions", "only an experiment has several candidates")
-        if len(set(arms)) != len(arms) or not all(arms):
-            raise InvalidArgument("more_versions", "each arm's version must be given once")
-        if self.experiment_s:
-            if len(steps) != 1 or steps[0] * len(arms) >= 100:
-                times = f" (times its {len(arms)} candidate arms)" if len(arms) > 1 else ""
-                raise InvalidArgument(
-                    "steps_percent", f"an experiment holds one split: one share{times} below 100"
-                )
-        elif any(b <= a for a, b in itertools.pairwise(steps)) or steps[-1] != 100:
-            raise InvalidArgument("steps_percent", "must increase and end at 100")
-        if not 0 <= self.shadow_percent <= 100:
-            raise InvalidArgument("shadow_percent", "must be in [0, 100]")
 
 
 class Rollout:
@@ -91,6 +55,8 @@ class Rollout:
         self.metrics = RolloutMetrics.named(metrics_prefix)
         self.clock = clock
         self.name = name  # the state file: <data_dir>/rollout/<name>.json
+        # False on a replica that follows another's rollout (recserve_delivery.replicas).
+        self.writer = True
         self.state = rollout_state.load(data_dir, name) or RolloutState(stable=stable)
         self.windows: dict[str, VersionWindow] = {}
         self.last: Verdict | None = None
@@ -276,17 +242,24 @@ class Rollout:
         self.state.ended_at = self.clock()
         self._decide(action, reason, figures, share)
 
-    def tick(self, memory_fraction: float | None, figures: Figures | None = None) -> Verdict | None:
+    def tick(
+        self,
+        memory_fraction: float | None,
+        figures: Figures | None = None,
+        others: dict[str, list[dict[str, Any]]] | None = None,
+    ) -> Verdict | None:
         """The judge's look on the candidate's figures (this process's own
-        unless given), each arm's in an experiment of several: any arm's
-        rollback ends it; applies a promotion or a rollback."""
+        unless given, plus ``others``: the following replicas' windows), each
+        arm's in an experiment of several: any arm's rollback ends it;
+        applies a promotion or a rollback."""
         s = self.state
         if not s.active:
             return None
         verdicts = []
         for n, version in enumerate(s.candidates):
             mine = figures if figures is not None and n == 0 else None
-            mine = mine or self.windows.setdefault(version, VersionWindow()).figures()
+            window = self.windows.setdefault(version, VersionWindow())
+            mine = mine or window.plus((others or {}).get(version, [])).figures()
             if s.guardrail is not None and mine.arms is None:
                 mine = dataclasses.replace(mine, arms=self._arm_outcomes().update())
             verdict = judge(s, mine, memory_fraction, self.clock(), rollout_state.arm_name(n))
@@ -372,8 +345,21 @@ class Rollout:
             },
         )
 
+    def follow(self) -> bool:
+        """A follower's look: the writer's saved state, when it changed (a
+        new step: this replica's figures start over). True if it changed."""
+        saved = rollout_state.load(self.data_dir, self.name)
+        if saved is None or saved == self.state:
+            return False
+        if saved.step_started_at != self.state.step_started_at or not saved.active:
+            self.windows, self.last, self._arms = {}, None, None
+        self.state = saved
+        self._export()
+        return True
+
     def _save(self) -> None:
-        rollout_state.save(self.data_dir, self.state, self.name)
+        if self.writer:  # a follower's state is the writer's, read back (follow)
+            rollout_state.save(self.data_dir, self.state, self.name)
         self._export()
 
     def _export(self) -> None:

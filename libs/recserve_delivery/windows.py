@@ -3,7 +3,7 @@ began (``VersionWindow``), and the rollout's metrics (``RolloutMetrics``)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from hdrh.histogram import HdrHistogram
 from prometheus_client import Counter, Gauge, Histogram
@@ -66,6 +66,26 @@ class VersionWindow:
         """``counted``: the call was already counted as completed (bad output)."""
         self.requests += 0 if counted else 1
         self.errors += 1
+
+    def to_record(self) -> dict[str, Any]:
+        """For the rollout's writer (recserve_delivery.replicas): JSON-safe."""
+        encoded = self.latency_us.encode() if self.latency_us.get_total_count() else b""
+        return {"requests": self.requests, "errors": self.errors, "latency": encoded.decode()}
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """Another replica's window for the same version and step, added."""
+        self.requests += int(record.get("requests", 0))
+        self.errors += int(record.get("errors", 0))
+        if record.get("latency"):
+            self.latency_us.decode_and_add(record["latency"].encode())
+
+    def plus(self, records: list[dict[str, Any]]) -> VersionWindow:
+        """This window with the others' added (a new window; this one unchanged)."""
+        total = VersionWindow()
+        total.add_record(self.to_record())
+        for record in records:
+            total.add_record(record)
+        return total
 
     def percentile_ms(self, p: float) -> float:
         if not self.latency_us.get_total_count():

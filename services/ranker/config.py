@@ -74,6 +74,12 @@ class RankerSettings(ServiceSettings):
     rollout_interval_s: float = Field(
         1.0, gt=0, description="How often the rollout judge looks; outside a rollout, CURRENT."
     )
+    advertise_addr: str = Field(
+        "",
+        description="Where the other ranker replicas reach this one (host:port) with the "
+        "operator actions they forward to the rollout's writer; empty: host:port as bound, "
+        "or for a wildcard bind (0.0.0.0) the address this host's name resolves to.",
+    )
     rollout_steps_percent: list[float] = Field(
         [5.0, 25.0, 50.0, 100.0], description="Default steps of a rollout (users on the candidate)."
     )

@@ -28,10 +28,11 @@ from recserve_model.encoding import Encoder
 from services.ranker.coalescer import Coalescer, Track
 from services.ranker.config import RankerSettings
 from services.ranker.item_table import ItemTable
+from services.ranker.loaded import Loaded
 from services.ranker.shadow import Shadow
 from services.ranker.source_inputs import SourceColumns, ann_only, candidate_sources
 from services.ranker.triton_client import Tensor, TritonClient
-from services.ranker.versions import Loaded, ModelVersions
+from services.ranker.versions import ModelVersions
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -385,4 +386,5 @@ class Ranker:
 
     async def close(self) -> None:
         await self.shadow.close()
+        await self.models.replica.close()
         await self.triton.close()

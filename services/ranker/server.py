@@ -44,6 +44,11 @@ async def create_server(settings: RankerSettings) -> Service:
             DependencyProbe("item_features", watch.healthy, settings.health_interval_s),
         ],
     )
+
+    async def advertise() -> None:
+        ranker.models.replica.advertise(service.port)
+
+    service.on_start.append(advertise)
     service.run_in_background(watch.run)
     service.run_in_background(ranker.judge_forever)
     service.cleanups.append(ranker.close)

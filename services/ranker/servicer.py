@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import numpy as np
+from google.protobuf.message import Message
 from opentelemetry import trace
 from pydantic import ValidationError
 
@@ -117,6 +120,8 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
     ) -> pb.LoadModelResponse:
         if not request.version:
             raise InvalidArgument("version", "is empty")
+        if forwarded := await self._on_writer("LoadModel", request, context):
+            return forwarded
         loaded = await self.ranker.load(request.version)
         return pb.LoadModelResponse(model_version=loaded.version)
 
@@ -125,33 +130,52 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
     ) -> pb.StartRolloutResponse:
         if not request.version:
             raise InvalidArgument("version", "is empty")
+        if forwarded := await self._on_writer("StartRollout", request, context):
+            return forwarded
         rollout = await self.ranker.start_rollout(plan(request, self.ranker.settings))
         return pb.StartRolloutResponse(status=status(rollout, self.ranker))
 
     async def GetRollout(
         self, request: pb.GetRolloutRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRolloutResponse:
+        if forwarded := await self._on_writer("GetRollout", request, context):
+            return forwarded  # the writer's look: its last verdict, its figures
         return pb.GetRolloutResponse(status=status(self.ranker.rollout_control(), self.ranker))
 
     async def PauseRollout(
         self, request: pb.PauseRolloutRequest, context: grpc.aio.ServicerContext
     ) -> pb.PauseRolloutResponse:
+        if forwarded := await self._on_writer("PauseRollout", request, context):
+            return forwarded
         return pb.PauseRolloutResponse(status=self._act("pause"))
 
     async def ResumeRollout(
         self, request: pb.ResumeRolloutRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResumeRolloutResponse:
+        if forwarded := await self._on_writer("ResumeRollout", request, context):
+            return forwarded
         return pb.ResumeRolloutResponse(status=self._act("resume"))
 
     async def PromoteRollout(
         self, request: pb.PromoteRolloutRequest, context: grpc.aio.ServicerContext
     ) -> pb.PromoteRolloutResponse:
+        if forwarded := await self._on_writer("PromoteRollout", request, context):
+            return forwarded
         return pb.PromoteRolloutResponse(status=self._act("promote"))
 
     async def AbortRollout(
         self, request: pb.AbortRolloutRequest, context: grpc.aio.ServicerContext
     ) -> pb.AbortRolloutResponse:
+        if forwarded := await self._on_writer("AbortRollout", request, context):
+            return forwarded
         return pb.AbortRolloutResponse(status=self._act("abort"))
+
+    async def _on_writer(
+        self, method: str, request: Message, context: grpc.aio.ServicerContext
+    ) -> Any:
+        """The writer's answer when another ranker replica writes the rollout
+        (services.ranker.replica); None: this one does."""
+        return await self.ranker.models.replica.forward(method, request, context)
 
     def _act(self, action: str) -> pb.RolloutStatus:
         return status(self.ranker.rollout_action(action), self.ranker)

@@ -11,13 +11,10 @@ the stable or the candidate version by a hash of the user id.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from recserve_delivery import state as rollout_state
@@ -25,13 +22,13 @@ from recserve_delivery.rollout import Plan, Rollout
 from recserve_delivery.windows import RolloutMetrics
 from recserve_kit.errors import FailedPrecondition, NotFound, Unavailable
 from recserve_model import artifacts
-from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import UserAffinity
-from recserve_model.encoding import HISTORY_LEN, Encoder, EncodingSpec
-from recserve_model.sources import SOURCE_FEATURES
+from recserve_model.encoding import Encoder, EncodingSpec
 from services.ranker.config import RankerSettings
 from services.ranker.current_pointer import CurrentPointer
-from services.ranker.triton_client import Tensor, TritonClient
+from services.ranker.loaded import Loaded, read_versions, warm_up
+from services.ranker.replica import FOLLOW_INTERVAL_S, RolloutReplica
+from services.ranker.triton_client import TritonClient
 from services.ranker.triton_metrics import read_memory_fraction
 
 log = logging.getLogger(__name__)
@@ -40,28 +37,6 @@ METRICS_PREFIX = "recserve_ranker"
 RolloutMetrics.named(METRICS_PREFIX)
 TrackCall = Callable[[asyncio.Future[object]], None]
 NOT_READY_YET = (InferenceServerException, FailedPrecondition, NotFound, Unavailable, OSError)
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """The artifact version in use and its Triton version numbers."""
-
-    version: str
-    user_model_version: int
-    ranking_model_version: int
-    encoder: Encoder
-    # The user's side of the ranker's affinity feature (None: an artifact from
-    # before it, whose ranker graph does not read it).
-    affinity: UserAffinity | None = None
-    # The item tower's Triton version (None: an artifact from before its export).
-    item_model_version: int | None = None
-
-
-def read_versions(settings: RankerSettings, model: str) -> dict[str, int]:
-    path = settings.repository / model / "versions.json"
-    if not path.exists():
-        return {}
-    return {artifact: int(number) for number, artifact in json.loads(path.read_text()).items()}
 
 
 class ModelVersions:
@@ -73,6 +48,7 @@ class ModelVersions:
         self.versions: dict[str, Loaded] = {}  # loaded and warmed up, by artifact version
         self.rollout: Rollout | None = None  # set once the first version is loaded
         self._load_lock = asyncio.Lock()
+        self.replica = RolloutReplica(settings)
         self.pointer = CurrentPointer(
             settings.data_dir, lambda: read_versions(settings, settings.ranking_model)
         )
@@ -186,7 +162,7 @@ class ModelVersions:
         target = await asyncio.to_thread(self._resolve, version)
         await self.triton.ensure_loaded(self.settings.user_model, target.user_model_version)
         await self.triton.ensure_loaded(self.settings.ranking_model, target.ranking_model_version)
-        await self._warm_up(target)
+        await warm_up(self.triton, self.settings, target)
         self.versions[version] = target
         return target
 
@@ -223,18 +199,30 @@ class ModelVersions:
                 stable = persisted.stable
                 self.loaded = await self._prepare(stable)
             rollout = Rollout(self.settings.data_dir, stable, metrics_prefix=METRICS_PREFIX)
+            rollout.writer = self.replica.lock.try_acquire()  # else another replica writes
             self.rollout = rollout
-            if rollout.state.stable != stable:
+            if rollout.state.stable != stable and rollout.writer:
                 rollout.rebase(stable, f"{rollout.state.stable} {reason}")
             if not rollout.state.active:
                 return
-            try:
-                for candidate in rollout.state.candidates:
-                    await self._prepare(candidate)
-            except (InferenceServerException, FailedPrecondition, NotFound, OSError) as exc:
+            if await self._prepare_candidates(rollout) and rollout.writer:
+                rollout.resumed_after_restart()
+
+    async def _prepare_candidates(self, rollout: Rollout) -> bool:
+        """The rollout's candidates loaded here; a writer that cannot rolls it
+        back (a follower serves their users the stable until it can)."""
+        try:
+            for candidate in rollout.state.candidates:
+                await self._prepare(candidate)
+        except (*NOT_READY_YET, artifacts.ArtifactError) as exc:
+            if rollout.writer:
                 rollout.rollback(f"the candidate cannot be loaded after a restart: {exc}")
-                return
-            rollout.resumed_after_restart()
+            else:
+                log.warning(
+                    "cannot load the rollout's candidate", extra={"fields": {"error": str(exc)}}
+                )
+            return False
+        return True
 
     def _current_to_follow(self) -> str | None:
         """CURRENT's version when the ranker must switch to it (outside a
@@ -281,29 +269,6 @@ class ModelVersions:
             log.info("switched model version", extra={"fields": {"version": version}})
             return target
 
-    async def _warm_up(self, target: Loaded) -> None:
-        """One inference per model, so the first real request is not the slow one."""
-        spec = target.encoder.spec
-        user: list[Tensor] = [
-            ("user_features", np.zeros((1, spec.user_dim), np.float32)),
-            ("history", np.zeros((1, HISTORY_LEN), np.int64)),
-        ]
-        await self.triton.infer(
-            self.settings.user_model, target.user_model_version, user, "user_vector", 30.0
-        )
-        ranking: list[Tensor] = [
-            ("item_id", np.zeros((1, 1), np.int64)),
-            ("user_vector", np.zeros((1, spec.embedding_dim), np.float32)),
-            ("user_features", np.zeros((1, spec.user_dim), np.float32)),
-            ("item_features", np.zeros((1, spec.item_dim), np.float32)),
-            ("retrieval_score", np.zeros((1, 1), np.float32)),
-            ("user_affinity", np.zeros((1, AFFINITY_RANK), np.float32)),
-            ("source_features", np.zeros((1, SOURCE_FEATURES), np.float32)),
-        ]
-        await self.triton.infer(
-            self.settings.ranking_model, target.ranking_model_version, ranking, "score", 30.0
-        )
-
     # -- rollouts ----------------------------------------------------------------
 
     def rollout_control(self) -> Rollout:
@@ -341,23 +306,38 @@ class ModelVersions:
             stable = rollout.state.stable
             if stable != self.loaded.version and stable in self.versions:
                 self.loaded = self.versions[stable]
-                if rollout.state.status == "promoted" and artifacts.promote(
-                    self.settings.data_dir, stable
-                ):
+                promoted = rollout.state.status == "promoted" and rollout.writer
+                if promoted and artifacts.promote(self.settings.data_dir, stable):
                     log.info("promoted artifact is current", extra={"fields": {"version": stable}})
 
     async def judge_forever(self) -> None:
         """The rollout judge: once per interval while a rollout is active;
-        outside one, CURRENT is followed at the same pace."""
+        outside one, CURRENT is followed at the same pace. A replica that
+        follows another's rollout (services.ranker.replica) reads its state
+        instead, more often."""
         while True:
-            await asyncio.sleep(self.settings.rollout_interval_s)
             rollout = self.rollout
-            if rollout is None or not rollout.state.active:
-                await self.follow_current()
+            writer = rollout is None or self.replica.claim(rollout)
+            await asyncio.sleep(self.settings.rollout_interval_s if writer else FOLLOW_INTERVAL_S)
+            if rollout is None:
                 continue
-            memory = await read_memory_fraction(self.settings.triton_metrics_url)
-            rollout.tick(memory)
-            self._follow_stable()
+            if not writer:
+                await self._follow_writer(rollout)
+            elif not rollout.state.active:
+                await self.follow_current()
+            else:
+                memory = await read_memory_fraction(self.settings.triton_metrics_url)
+                rollout.tick(memory, others=self.replica.others(rollout))
+                self._follow_stable()
+
+    async def _follow_writer(self, rollout: Rollout) -> None:
+        if rollout.follow() and rollout.state.active:
+            await self._prepare_candidates(rollout)
+        self._follow_stable()
+        if rollout.state.active:
+            self.replica.publish_figures(rollout)
+        else:
+            await self.follow_current()
 
     def tracker(self, version: str, timed: bool) -> TrackCall | None:
         """The rollout judge's figures for a call: its outcome for its version,

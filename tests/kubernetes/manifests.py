@@ -118,6 +118,27 @@ def env(c: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
 
 
+def from_pod_ip(c: dict) -> set[str]:
+    """The container's variables the kubelet sets to the pod's IP (downward API)."""
+    return {
+        e["name"]
+        for e in c.get("env", [])
+        if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP"
+    }
+
+
+def advertised_ports(c: dict) -> list[int]:
+    """Ports a container tells its peers to reach it on at its pod IP: each
+    `*_ADVERTISE_ADDR` of the form `$(VAR):port`, VAR the pod's IP."""
+    ports = []
+    for key, value in env(c).items():
+        if key.endswith("_ADVERTISE_ADDR"):
+            found = address(value)
+            assert found and found[0] in {f"$({v})" for v in from_pod_ip(c)}, (key, value)
+            ports.append(found[1])
+    return ports
+
+
 def selects(selector: dict, labels: dict) -> bool:
     """A label selector (matchLabels; matchExpressions with In) against labels."""
     for key, value in selector.get("matchLabels", {}).items():

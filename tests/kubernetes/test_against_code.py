@@ -49,8 +49,13 @@ SETTINGS = {
 # each service's own Secret, not the shared data volume.
 MOUNTED = {"TLS_DIR": "/var/run/recserve/tls", "ADMIN_JWKS": "/var/run/recserve/auth/jwks.json"}
 # And settings Compose leaves at their defaults: several retrievers must not
-# each load a generation into the one Qdrant; the init Job loads it.
-ONLY_HERE = {"retriever": {"RECSERVE_RETRIEVER_REFRESH_INTERVAL_S": "0"}}
+# each load a generation into the one Qdrant; the init Job loads it. Each
+# ranker states the address its peers forward rollout calls to: its pod IP
+# (POD_IP, from the downward API; test_ranker_replicas.py).
+ONLY_HERE = {
+    "retriever": {"RECSERVE_RETRIEVER_REFRESH_INTERVAL_S": "0"},
+    "ranker": {"RECSERVE_RANKER_ADVERTISE_ADDR": "$(POD_IP):50054"},
+}
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)

@@ -18,6 +18,7 @@ from tests.kubernetes.manifests import (
     OVERLAYS,
     ROOT,
     address,
+    advertised_ports,
     containers,
     env,
     executor_template,
@@ -124,6 +125,10 @@ def edges(docs: list[dict]) -> dict[tuple[str, int], set[str]]:
                 found = address(token)
                 if found and {found[0].split(".")[0], *found[0].split(".")[1:2]} & set(services):
                     dial(p.app, *found)
+            # A replica's address for its peers (the ranker's rollout writer,
+            # to which the other rankers forward operator calls): its pod IP.
+            for port in advertised_ports(c):
+                out[(p.app, port)].add(p.app)
             # The stack's own clients of Envoy (StackSettings: host and port apart).
             stack = env(c)
             if "RECSERVE_STACK_HOST" in stack and "RECSERVE_STACK_ENVOY_PORT" in stack:
