@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from recserve_cli import console as cli_console
-from recserve_delivery.outcomes import Cell, Outcomes, compare, outcomes
+from recserve_delivery.outcomes import ATTRIBUTION_WINDOW_S, Cell, Outcomes, compare, outcomes
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
 
@@ -43,12 +43,20 @@ def by_arm(report: Outcomes, arm: str) -> Cell:
 def outcomes_command(
     data_dir: Annotated[Path, typer.Option(help="The stack's data directory.")] = Path("data"),
     out: Annotated[Path | None, typer.Option(help="Also write the report as JSON here.")] = None,
+    attribution_window_s: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="An event converts a list it names only this long after the list was shown; "
+            "the report holds the lists of one such window in memory.",
+        ),
+    ] = ATTRIBUTION_WINDOW_S,
 ) -> None:
     """Impressions joined with app events: conversion per model version, rollout
     arm and surface; the candidate arm against the stable one when both served."""
     console = cli_console()
     schema = CatalogueSchema.load(artifacts.current(data_dir))
-    report = outcomes(data_dir, schema)
+    report = outcomes(data_dir, schema, attribution_window_s)
     console.print(table(report))
     console.print(f"events naming no recorded list or item: {report.unattributed}")
     stable, candidate = by_arm(report, "stable"), by_arm(report, "candidate")

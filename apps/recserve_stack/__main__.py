@@ -18,6 +18,7 @@ from recserve_stack.canary_cli import app as canary_app
 from recserve_stack.components import stack_components
 from recserve_stack.keys_cli import app as keys_app
 from recserve_stack.restore import restore_command
+from recserve_stack.retention import keep_access_log_bounded
 from recserve_stack.retrain import retrain_command
 from recserve_stack.rollout_cli import app as rollout_app
 from recserve_stack.runner import Component, ComponentFailed, Runner
@@ -56,6 +57,7 @@ async def run_stack(settings: StackSettings, after_ready: AfterReady | None = No
         settings.data_dir / "logs",
         start_timeout_s=settings.start_timeout_s,
         stop_timeout_s=settings.stop_timeout_s,
+        log_max_bytes=settings.log_max_bytes,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -76,7 +78,9 @@ async def run_stack(settings: StackSettings, after_ready: AfterReady | None = No
         if after_ready is not None:
             await after_ready(settings)
         exited = asyncio.create_task(runner.supervise())
+        rotating = asyncio.create_task(keep_access_log_bounded(settings))
         await asyncio.wait({exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        rotating.cancel()
         if exited.done():
             failed = exited.result()
             code = 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import TextIO
 
@@ -32,6 +34,8 @@ ReadyCheck = Callable[[], Awaitable[bool]]
 # step closes the remaining race: a runner that died before the signal was
 # armed is no longer the parent, and the component is not started.
 _WATCH_PARENT = '[ "$PPID" = "$RECSERVE_RUNNER_PID" ] || exit 70; exec "$@"'
+
+LOG_MAX_BYTES = 64 << 20  # each component's log, in <data_dir>/logs
 
 
 def _with_parent_death_signal(argv: list[str]) -> list[str]:
@@ -63,6 +67,14 @@ class ComponentFailed(RuntimeError):
         self.tail = list(tail)
 
 
+def rotating_log(path: Path, max_bytes: int) -> RotatingFileHandler:
+    """A component's log file: past ``max_bytes`` it becomes ``<name>.log.1``
+    (the one before is removed), so a log takes at most twice that."""
+    handler = RotatingFileHandler(path, maxBytes=max_bytes, backupCount=1, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return handler
+
+
 class Runner:
     def __init__(
         self,
@@ -71,9 +83,11 @@ class Runner:
         out: TextIO = sys.stdout,
         start_timeout_s: float = 120.0,
         stop_timeout_s: float = 15.0,
+        log_max_bytes: int = LOG_MAX_BYTES,
     ) -> None:
         self.components = list(components)
         self.log_dir = log_dir
+        self.log_max_bytes = log_max_bytes
         self.out = out
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -135,13 +149,15 @@ class Runner:
     async def _pump(self, component: Component) -> None:
         assert component.process is not None and component.process.stdout is not None
         prefix = f"{component.name:>{self._width}} | "
-        with (self.log_dir / f"{component.name}.log").open("a", encoding="utf-8") as log:
+        log = rotating_log(self.log_dir / f"{component.name}.log", self.log_max_bytes)
+        try:
             async for raw in component.process.stdout:
                 line = raw.decode("utf-8", "replace").rstrip()
                 component.tail.append(line)
-                log.write(line + "\n")
-                log.flush()
+                log.handle(logging.makeLogRecord({"msg": line, "levelno": logging.INFO}))
                 self.say(prefix + line)
+        finally:
+            log.close()
 
     async def wait_for_exit(self) -> Component:
         """Returns the first component whose process exits."""

@@ -17,9 +17,12 @@ What is lost: records still queued when the process is killed (at most
 
 from __future__ import annotations
 
+import calendar
 import json
 import logging
 import os
+import re
+import shutil
 import socket
 import threading
 import time
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")  # a day folder's name
 
 
 class JsonlLog:
@@ -39,14 +43,18 @@ class JsonlLog:
         flush_s: float = 0.2,
         max_bytes: int = 64 << 20,
         background: bool = True,
+        keep_days: int = 0,
     ) -> None:
         """``background``: a writer thread flushes what ``append`` queues;
-        without it only ``write`` (synchronous) writes."""
+        without it only ``write`` (synchronous) writes. ``keep_days``: as
+        each new day's file opens, the day folders older than this many
+        days go (every writer's); 0 keeps every day."""
         self.directory = directory
         self.background = background
         self.max_queue = max_queue
         self.flush_s = flush_s
         self.max_bytes = max_bytes
+        self.keep_days = keep_days
         self.writer = f"{socket.gethostname()}-{os.getpid()}"
         self.queue: deque[dict[str, Any]] = deque()
         self.written = 0
@@ -89,10 +97,26 @@ class JsonlLog:
             else:
                 self._part = 0
                 target = self._target(now)
+        if self.keep_days and not target.parent.exists():
+            self.prune(now)
         target.parent.mkdir(parents=True, exist_ok=True)
         self._file = target.open("a", encoding="utf-8")
         self._path = target
         return self._file
+
+    def prune(self, now: float) -> list[str]:
+        """Removes the day folders older than ``keep_days`` before ``now``
+        (several writers may race: a folder another removed is skipped)."""
+        cutoff = time.strftime("%Y-%m-%d", time.gmtime(now - self.keep_days * 86_400))
+        gone = []
+        for day in sorted(self.directory.iterdir()) if self.directory.is_dir() else ():
+            if day.is_dir() and DAY.fullmatch(day.name) and day.name < cutoff:
+                shutil.rmtree(day, ignore_errors=True)
+                gone.append(day.name)
+        if gone:
+            log.info("removed %d day(s) of %s older than %d days: %s",
+                     len(gone), self.directory, self.keep_days, ", ".join(gone))  # fmt: skip
+        return gone
 
     def flush(self) -> None:
         """Writes and fsyncs what is queued (the writer thread calls it)."""
@@ -144,7 +168,29 @@ class JsonlLog:
 
 def read_records(directory: Path) -> Iterator[dict[str, Any]]:
     """Every whole record below ``directory``, file by file in name order."""
-    for path in sorted(directory.rglob("*.jsonl")):
+    return read_files(sorted(directory.rglob("*.jsonl")))
+
+
+def hourly_files(directory: Path) -> dict[str, list[Path]]:
+    """Every writer's files of each hour, by "<UTC date>/<hour>": the keys
+    sort in time order (a reader that goes hour by hour holds one hour)."""
+    found: dict[str, list[Path]] = {}
+    for path in sorted(directory.rglob("*.jsonl")) if directory.is_dir() else ():
+        found.setdefault(f"{path.parent.name}/{path.name[:2]}", []).append(path)
+    return found
+
+
+def hour_start(key: str) -> float | None:
+    """The unix time an ``hourly_files`` key begins at (None: not a date)."""
+    try:
+        return calendar.timegm(time.strptime(key, "%Y-%m-%d/%H"))
+    except ValueError:
+        return None
+
+
+def read_files(paths: list[Path]) -> Iterator[dict[str, Any]]:
+    """Every whole record of ``paths``, in their order."""
+    for path in paths:
         with path.open(encoding="utf-8") as lines:
             for line in lines:
                 if not line.endswith("\n"):

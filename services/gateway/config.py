@@ -103,6 +103,13 @@ class GatewaySettings(ServiceSettings):
         description="Impressions held in memory for the log writer; past it they are "
         "dropped and counted (recserve_gateway_impressions_total{outcome=dropped}).",
     )
+    impressions_keep_days: int = Field(
+        30,
+        ge=0,
+        description="Days of impressions kept under data_dir/events/impressions (the outcome "
+        "report, the guardrail and experiments read them); older days go as a new day "
+        "begins. 0: keep every day.",
+    )
     live_update_queue: int = Field(
         5_000,
         ge=1,

@@ -103,7 +103,11 @@ def create_gateway(
 def recorders(settings: GatewaySettings) -> tuple[Impressions, EventLog]:
     """What answers showed, and what app backends say users did, under data_dir/events."""
     impressions = Impressions(
-        JsonlLog(settings.data_dir / "events" / "impressions", settings.impression_queue)
+        JsonlLog(
+            settings.data_dir / "events" / "impressions",
+            settings.impression_queue,
+            keep_days=settings.impressions_keep_days,
+        )
         if settings.impressions
         else None,
         RolloutArms(settings.data_dir),

@@ -3,10 +3,11 @@ and surface; what converts; two arms compared (interval and p-value)."""
 
 import json
 import math
+import time
 
 import pytest
 
-from recserve_delivery.outcomes import Cell, compare, outcomes
+from recserve_delivery.outcomes import ArmOutcomes, Cell, compare, outcomes
 from recserve_model.catalogue import CatalogueSchema, EventKind
 
 SCHEMA = CatalogueSchema(
@@ -69,3 +70,48 @@ def test_two_arms_compared_with_an_interval_and_p_value():
     assert better.p_value == pytest.approx(math.erfc(z / math.sqrt(2)), rel=1e-6)
     empty = compare(Cell(), Cell(lists=10, converted=1))
     assert empty.p_value == 1.0
+
+
+def test_the_report_remembers_one_attribution_window_of_lists(tmp_path):
+    """Hour by hour in time order: an event names a list shown within the
+    window (attributed) or before it (unattributed, the list forgotten)."""
+    hour = 3600.0
+    day0 = 1_700_000_000 - 1_700_000_000 % 86_400  # a midnight, UTC
+    shown_at = {"early": day0 + 1 * hour, "late": day0 + 20 * hour}
+
+    def folder(at):
+        return time.strftime("%Y-%m-%d/%H", time.gmtime(at))
+
+    for rid, at in shown_at.items():
+        write(tmp_path / f"events/impressions/{folder(at)}-a.jsonl",
+              [{**impression(rid, "stable", ["1"]), "at": at}])  # fmt: skip
+    clicks = {"e1": ("early", day0 + 3 * hour), "e2": ("late", day0 + 50 * hour),
+              "e3": ("late", day0 + 22 * hour)}  # fmt: skip
+    for eid, (rid, at) in clicks.items():
+        write(tmp_path / f"events/app/{folder(at)}-a.jsonl",
+              [{**event(eid, rid, "1"), "received_at": at}])  # fmt: skip
+    report = outcomes(tmp_path, SCHEMA, window_s=24 * hour)
+    stable = report.cells[("v1", "stable", "home")]
+    # e1 (2 h after its list) and e3 (2 h after) convert; e2 came 30 h after.
+    assert (stable.lists, stable.converted, report.unattributed) == (2, 2, 1)
+    # The same logs with an unbounded window: e2 is attributed too.
+    assert outcomes(tmp_path, SCHEMA, window_s=math.inf).unattributed == 0
+
+
+def test_a_rollouts_arms_hold_the_lists_of_one_window_however_long_it_runs(tmp_path):
+    hour = 3600.0
+    start = 1_700_000_000.0
+    arms = ArmOutcomes(tmp_path, SCHEMA, {"v1": "stable"}, start, window_s=3 * hour)
+    held = []
+    for h in range(48):
+        at = start + h * hour
+        folder = time.strftime("%Y-%m-%d/%H", time.gmtime(at))
+        write(tmp_path / f"events/impressions/{folder}-a.jsonl", [
+            {**impression(f"r{h}-{n}", "stable", ["1", "2"]), "at": at + n} for n in range(100)
+        ])  # fmt: skip
+        write(tmp_path / f"events/app/{folder}-a.jsonl",
+              [{**event(f"e{h}", f"r{h}-0", "1"), "received_at": at + 60}])  # fmt: skip
+        cells = arms.update()
+        held.append(len(arms.join))
+    assert cells["stable"].lists == 4800 and cells["stable"].converted == 48
+    assert max(held) <= 4 * 100  # three hours' lists and the newest hour's
