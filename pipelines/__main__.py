@@ -22,6 +22,7 @@ app.command("validate")(data_cli.validate)
 app.command("import-movielens")(data_cli.import_movielens)
 app.command("generate-shop")(data_cli.generate_shop)
 app.command("snapshot")(data_cli.snapshot_command)
+app.command("compact")(data_cli.compact_command)
 app.command("outcomes")(outcomes_cli.outcomes_command)
 console = cli_console(stderr=True)
 

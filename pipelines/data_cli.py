@@ -166,15 +166,17 @@ def generate_shop(
         raise typer.Exit(1)
 
 
+# The options of the commands that read the stack's events (snapshot, compact).
+StackDataDir = Annotated[Path, typer.Option(help="Where the stack's events and artifacts live.")]
+ExportDir = Annotated[
+    Path | None, typer.Option("--dataset", help="The export; default: the current artifact's.")
+]
+
+
 def snapshot_command(
     out: Annotated[Path, typer.Option(help="The dataset directory to write.")],
-    data_dir: Annotated[
-        Path, typer.Option(help="Where the stack's events and artifacts live.")
-    ] = Path("data"),
-    dataset_dir: Annotated[
-        Path | None,
-        typer.Option("--dataset", help="The export; default: the current artifact's."),
-    ] = None,
+    data_dir: StackDataDir = Path("data"),
+    dataset_dir: ExportDir = None,
 ) -> None:
     """The living dataset: the export plus the events and catalogue changes
     that arrived since (pipelines/snapshot.py), written and validated; build
@@ -194,3 +196,27 @@ def snapshot_command(
     print_report(validation, console)
     if validation.failed:
         raise typer.Exit(1)
+
+
+def compact_command(
+    keep_days: Annotated[
+        int, typer.Option(min=1, help="Days of app events kept as files; older ones are folded.")
+    ],
+    data_dir: StackDataDir = Path("data"),
+    dataset_dir: ExportDir = None,
+) -> None:
+    """App events older than --keep-days folded into a base under
+    <data-dir>/bases (a dataset directory), then their day folders removed:
+    later snapshots start from the base and learn what they would have from
+    the whole log (pipelines/compact.py)."""
+    from pipelines.compact import CompactionRefused, compact
+    from pipelines.current import default_dataset
+
+    console = cli_console()
+    try:
+        result = compact(data_dir, dataset_dir or default_dataset(data_dir), keep_days)
+    except (CompactionRefused, dataset.UnsupportedDataset) as refused:
+        console.print(f"[red]{refused}[/]")
+        raise typer.Exit(1) from None
+    for line in result.lines():
+        console.print(line)

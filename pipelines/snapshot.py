@@ -19,6 +19,12 @@ A column the new rows leave empty is made nullable in the snapshot's
 manifest (and said so). ``snapshot.json`` records the export the snapshot
 was made from: a snapshot of a snapshot starts from that export again, so
 no event is ever counted twice.
+
+A *base* (``pipelines compact``, pipelines/compact.py) is a snapshot of the
+events of whole days up to one (``through``) kept under
+``<data_dir>/bases/``: a snapshot starts from the newest base made from its
+export and adds only the later days' events, so the folded days' files can
+go and every later snapshot learns what it would have from the whole log.
 """
 
 from __future__ import annotations
@@ -31,16 +37,20 @@ from typing import Any
 import pandas as pd
 
 from recserve_data import Manifest, load, write_manifest, write_table
-from recserve_kit.jsonl_log import read_unique
+from recserve_kit.jsonl_log import hourly_files, read_files, read_unique
 from recserve_model.catalogue import changes_dir
 
 RECORD = "snapshot.json"
+BASES = "bases"  # <data_dir>/bases/<through day>: compacted bases
 
 
 @dataclass
 class SnapshotReport:
     base: str
-    events_used: int = 0
+    export: str = ""  # the team's export every base and snapshot starts from
+    through: str = ""  # a base: the last day of events it holds (else "")
+    events_used: int = 0  # added here, beyond the base
+    events_total: int = 0  # beyond the export: the base's and these
     events_skipped: int = 0  # of a type the manifest does not declare
     catalogue_changes: int = 0
     new_users: int = 0
@@ -51,8 +61,10 @@ class SnapshotReport:
 
     def lines(self) -> list[str]:
         return [
-            f"from {self.base}",
-            f"events: {self.events_used} added, {self.events_skipped} of undeclared types left out",
+            f"from {self.base}" + (f" (export {self.export})" if self.export != self.base else ""),
+            *([f"a base: the events of the days through {self.through}"] if self.through else []),
+            f"events: {self.events_used} added ({self.events_total} beyond the export in all), "
+            f"{self.events_skipped} of undeclared types left out",
             f"catalogue changes: {self.catalogue_changes} ({self.new_items} new items, "
             f"{self.deactivated} made inactive)",
             f"new users: {self.new_users}; items only events named (inactive): "
@@ -62,20 +74,52 @@ class SnapshotReport:
         ]  # fmt: skip
 
 
-def export_of(dataset_dir: Path) -> Path:
-    """The export a dataset directory stands for (a snapshot's own base)."""
+def read_record(dataset_dir: Path) -> dict[str, Any]:
     record = dataset_dir / RECORD
-    if record.exists():
-        return Path(json.loads(record.read_text())["base"])
-    return dataset_dir
+    return json.loads(record.read_text()) if record.exists() else {}
 
 
-def app_events(data_dir: Path, manifest: Manifest) -> tuple[pd.DataFrame, int]:
-    """The kept events of a declared type as interaction rows; how many not."""
+def export_of(dataset_dir: Path) -> Path:
+    """What a snapshot of this dataset directory starts from: a snapshot's
+    own base; a base, or an export, itself."""
+    record = read_record(dataset_dir)
+    if not record or record.get("through"):
+        return dataset_dir
+    base = Path(record["base"])
+    # A base superseded by a newer one is removed: start from the export,
+    # and newest_base finds the newer base.
+    return base if base.is_dir() else Path(record.get("export") or base)
+
+
+def newest_base(data_dir: Path, start: Path) -> Path:
+    """``start``, or the base under ``<data_dir>/bases`` made from the same
+    export that holds the most days."""
+    record = read_record(start)
+    export, best = record.get("export") or str(start), start
+    bases = data_dir / BASES
+    for candidate in sorted(bases.iterdir()) if bases.is_dir() else ():
+        found = read_record(candidate)
+        newer = found.get("through", "") > read_record(best).get("through", "")
+        if found.get("export") == export and newer and not candidate.name.startswith("."):
+            best = candidate
+    return best
+
+
+def app_events(
+    data_dir: Path, manifest: Manifest, after: str = "", through: str = ""
+) -> tuple[pd.DataFrame, int]:
+    """The kept events of a declared type as interaction rows, of the days
+    after ``after`` and through ``through`` (UTC dates; "": no bound); how
+    many were of an undeclared type."""
     declared = manifest.interactions.event_types
     rows, skipped = [], 0
-    directory = data_dir / "events" / "app"
-    for event in read_unique(directory, "event_id") if directory.exists() else ():
+    hours = hourly_files(data_dir / "events" / "app")
+    days = [h for h in sorted(hours) if h[:10] > after and (not through or h[:10] <= through)]
+    seen: set[str] = set()
+    for event in read_files([path for hour in days for path in hours[hour]]):
+        if event["event_id"] in seen:
+            continue  # a retry kept twice
+        seen.add(event["event_id"])
         kind = declared.get(event["event_type"])
         if kind is None:
             skipped += 1
@@ -145,13 +189,18 @@ def nullable_where_empty(
     return manifest.model_copy(update=updates)
 
 
-def snapshot(data_dir: Path, dataset_dir: Path, out: Path) -> SnapshotReport:
-    """Writes the living dataset of ``dataset_dir``'s export into ``out``."""
-    base = export_of(dataset_dir).resolve()
+def snapshot(data_dir: Path, dataset_dir: Path, out: Path, through: str = "") -> SnapshotReport:
+    """Writes the living dataset of ``dataset_dir``'s export into ``out``:
+    the newest base's and every later event, or (``through``, a base) the
+    events through that day only."""
+    base = newest_base(data_dir, export_of(dataset_dir).resolve())
     data = load(base)
-    report = SnapshotReport(str(base))
-    events, report.events_skipped = app_events(data_dir, data.manifest)
+    record = read_record(base)
+    report = SnapshotReport(str(base), record.get("export") or str(base), through)
+    after = record.get("through", "")
+    events, report.events_skipped = app_events(data_dir, data.manifest, after, through)
     report.events_used = len(events)
+    report.events_total = record.get("events_total", 0) + len(events)
     changes = catalogue_changes(data_dir)
     report.catalogue_changes = len(changes)
     items = changed_items(data.items, changes, report)

@@ -32,8 +32,9 @@ without it is incomplete and ``restore`` refuses it):
   artifact's are), so they are copied, not derived.
 - the live re-scoring run (``rescoring/PUBLISHED.json`` and its run), the
   dataset export under ``raw/`` if the data dir holds one, the data dir's
-  own dataset (``dataset/``) and the snapshots the kept artifacts were
-  built from (the next build starts from the current one's).
+  own dataset (``dataset/``), the bases older events were folded into
+  (``bases/``) and the snapshots the kept artifacts were built from (the
+  next build starts from the current one's).
 - secrets, unless ``--no-secrets``: ``auth/`` (the admin and app keys and
   tokens), ``tls/`` (the stack's CA and certificates) and ``edge/``, with
   their file modes, so that a restored stack accepts the same tokens and
@@ -252,10 +253,15 @@ class Backup:
         self.parts["datasets"] = self.datasets(root, copied)
 
     def datasets(self, root: Path, versions: list[str]) -> list[str]:
-        """The data dir's own dataset and the ones the kept artifacts were
-        built from (a retrain's snapshot): the next build starts from the
-        current artifact's dataset, so a restore without it could not build."""
+        """The data dir's own dataset, its bases and the ones the kept
+        artifacts were built from (a retrain's snapshot): the next build
+        starts from the current artifact's dataset, so a restore without it
+        could not build."""
         named = {"dataset"} if (self.data_dir / "dataset" / "dataset.yaml").is_file() else set()
+        bases = self.data_dir / "bases"  # events folded by compaction (pipelines/compact.py)
+        for base in sorted(bases.iterdir()) if bases.is_dir() else ():
+            if base.is_dir() and not base.name.startswith("."):
+                named.add(f"bases/{base.name}")
         for version in versions:
             manifest = json.loads((root / version / "manifest.json").read_text())
             built_from = Path(manifest.get("dataset_dir") or "")

@@ -1,7 +1,8 @@
 """`recserve-stack retrain`: one unattended cycle against the running stack.
 
-The living dataset (`pipelines snapshot`: the export and what arrived
-since) -> a build as a candidate (the quality gate: a refusal keeps the
+App events past their keep folded into a base (`pipelines compact`) -> the
+living dataset (`pipelines snapshot`: the export and what arrived since)
+-> a build as a candidate (the quality gate: a refusal keeps the
 current model and says why) -> a rollout judged by the outcome guardrail ->
 promoted or rolled back, by the judge -> a report beside the artifact
 (`retrain.json`). The pipelines run as processes (the runner imports none).
@@ -63,6 +64,7 @@ class Plan:
     soak_s: float = 0.0
     min_requests: int = 0
     max_p99_ms: float = 0.0  # 0: the ranker's limit
+    events_keep_days: int = 30  # older app events folded into a base first; 0: never
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Report:
     started_at: float
     outcome: str = ""  # nothing-new, refused, promoted, rolled_back, still-running, ...
     reason: str = ""
+    compacted: str = ""  # what folding old events into a base did (pipelines compact)
     snapshot: str = ""
     learned: dict[str, Any] = field(default_factory=dict)  # the snapshot's counts
     version: str = ""
@@ -165,6 +168,14 @@ def take_snapshot(data_dir: Path, stamp: str) -> Path:
     return final
 
 
+def compact_events(data_dir: Path, keep_days: int) -> str:
+    """Older events folded into a base (pipelines/compact.py), so the logs
+    stay bounded; a failure is reported and the cycle goes on (the events
+    are all still there, and the snapshot reads them)."""
+    done = pipelines("compact", "--data-dir", str(data_dir), "--keep-days", str(keep_days))
+    return ("failed: " if done.returncode else "") + tail(done, 3)
+
+
 def tail(done: subprocess.CompletedProcess[str], lines: int = 6) -> str:
     return " | ".join((done.stdout + done.stderr).strip().splitlines()[-lines:])
 
@@ -175,7 +186,8 @@ def learned_counts(dataset_dir: Path) -> tuple[int, int]:
     if not record.exists():
         return 0, 0
     counts = json.loads(record.read_text())
-    return int(counts["events_used"]), int(counts["catalogue_changes"])
+    events = counts.get("events_total", counts["events_used"])  # a base's and its own
+    return int(events), int(counts["catalogue_changes"])
 
 
 def nothing_new(data_dir: Path, snapshot: Path) -> str:
@@ -262,6 +274,9 @@ def retrain(settings: StackSettings, plan: Plan) -> Report:
             return finish(data_dir, report, state_path)
         report = Report(started_at=time.time(), reason=note)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(report.started_at))
+        if plan.events_keep_days:
+            with timed(report, "compact"):
+                report.compacted = compact_events(data_dir, plan.events_keep_days)
         with timed(report, "snapshot"):
             snapshot = take_snapshot(data_dir, stamp)
         report.snapshot = str(snapshot)
@@ -304,6 +319,12 @@ def retrain_command(
     soak_s: Annotated[float, typer.Option(min=0, help="Per step; 0: the ranker's.")] = 0,
     min_requests: Annotated[int, typer.Option(min=0, help="Per step; 0: the ranker's.")] = 0,
     max_p99_ms: Annotated[float, typer.Option(min=0, help="0: the ranker's (150 ms).")] = 0,
+    events_keep_days: Annotated[
+        int,
+        typer.Option(
+            min=0, help="App events older than this are folded into a base first; 0: never."
+        ),
+    ] = 30,
     every_day_at: Annotated[
         str, typer.Option(help="HH:MM[:SS] UTC: run a cycle every day then, until stopped.")
     ] = "",
@@ -324,12 +345,14 @@ def retrain_command(
             "--soak-s": soak_s,
             "--min-requests": min_requests,
             "--max-p99-ms": max_p99_ms,
+            "--events-keep-days": events_keep_days,
         }
         cycle = [sys.executable, "-m", "recserve_stack", "retrain"]
         every_day_at_time(every_day_at, cycle + [f"{k}={v}" for k, v in options.items()])
         return
     plan = Plan(guardrail_baseline_rate, guardrail_min_drop, guardrail_alpha, soak_s=soak_s,
-                min_requests=min_requests, max_p99_ms=max_p99_ms)  # fmt: skip
+                min_requests=min_requests, max_p99_ms=max_p99_ms,
+                events_keep_days=events_keep_days)  # fmt: skip
     if steps:
         plan.steps = [float(s) for s in steps.split(",") if s.strip()]
     try:
@@ -348,13 +371,16 @@ def report_table(report: Report) -> Table:
         learned = report.learned
         table.add_row(
             "learned",
-            f"{learned['events_used']} events, {learned['new_users']} new users, "
+            f"{learned.get('events_total', learned['events_used'])} events beyond the export, "
+            f"{learned['new_users']} new users, "
             f"{learned['new_items']} new items, {learned['deactivated']} made inactive",
         )
     if report.version:
         ndcg = {m: round(v["ndcg@10"], 4) for m, v in report.gate.items() if "ndcg@10" in v}
         table.add_row("candidate", report.version)
         table.add_row("gate (ndcg@10)", ", ".join(f"{m} {v}" for m, v in ndcg.items()))
+    if report.compacted:
+        table.add_row("compacted", report.compacted)
     for step, took in report.steps.items():
         table.add_row(step, f"{took['wall_s']} s, CPU {took['cpu_s']} s")
     return table

@@ -189,9 +189,14 @@ def hour_start(key: str) -> float | None:
 
 
 def read_files(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """Every whole record of ``paths``, in their order."""
+    """Every whole record of ``paths``, in their order (a file removed
+    meanwhile, by retention or compaction, is skipped)."""
     for path in paths:
-        with path.open(encoding="utf-8") as lines:
+        try:
+            lines = path.open(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        with lines:
             for line in lines:
                 if not line.endswith("\n"):
                     break  # torn by a crash mid-write
@@ -221,18 +226,28 @@ class JsonlTail:
 
     def read_new(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
-        for path in sorted(self.directory.rglob("*.jsonl")) if self.directory.exists() else ():
+        paths = sorted(self.directory.rglob("*.jsonl")) if self.directory.exists() else []
+        for path in paths:
             if path.parent.name < self.first_day:
                 continue
-            start = self.read_to.get(path, 0)
-            if path.stat().st_size <= start:
-                continue
-            with path.open("rb") as lines:
-                lines.seek(start)
-                for line in lines:
-                    if not line.endswith(b"\n"):
-                        break  # being written: read it whole next time
-                    start += len(line)
-                    found.append(json.loads(line))
-            self.read_to[path] = start
+            try:
+                self._read(path, found)
+            except FileNotFoundError:
+                continue  # a day folder removed meanwhile (retention, compaction)
+        # Files gone since (removed days) are forgotten, so this stays bounded.
+        for gone in self.read_to.keys() - set(paths):
+            del self.read_to[gone]
         return found
+
+    def _read(self, path: Path, found: list[dict[str, Any]]) -> None:
+        start = self.read_to.get(path, 0)
+        if path.stat().st_size <= start:
+            return
+        with path.open("rb") as lines:
+            lines.seek(start)
+            for line in lines:
+                if not line.endswith(b"\n"):
+                    break  # being written: read it whole next time
+                start += len(line)
+                found.append(json.loads(line))
+        self.read_to[path] = start

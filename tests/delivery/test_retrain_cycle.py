@@ -141,7 +141,9 @@ def test_a_cycle_learns_a_new_shopper_and_the_guardrail_promotes_it(stack, built
     assert learned["new_users"] == 1 and learned["new_items"] == 1, learned
     assert learned["events_used"] >= 25, learned
     assert report["gate"]["ranked"]["ndcg@10"] > 0
-    assert set(report["steps"]) == {"snapshot", "build", "rollout"}, report["steps"]
+    assert set(report["steps"]) == {"compact", "snapshot", "build", "rollout"}, report["steps"]
+    # Every event is from today: nothing old enough to fold, nothing removed.
+    assert "no base" in report["compacted"], report["compacted"]
     assert report["steps"]["build"]["cpu_s"] > 0  # the build's own process, counted
     actions = [d["action"] for d in report["rollout"]["decisions"]]
     assert actions[0] == "start" and actions[-1] == "promote" and "rollback" not in actions

@@ -4,12 +4,13 @@ drops and counts; a torn last line is skipped by readers; what is queued at
 close is written."""
 
 import json
+import shutil
 import threading
 import time
 
 import pytest
 
-from recserve_kit.jsonl_log import JsonlLog, JsonlTail, read_records
+from recserve_kit.jsonl_log import JsonlLog, JsonlTail, read_files, read_records
 from tests.helpers import poll_until
 
 
@@ -92,3 +93,17 @@ def test_a_log_written_only_in_the_call_runs_no_thread(tmp_path):
     with pytest.raises(RuntimeError, match="writer thread"):
         log.append({"n": 3})
     log.close()
+
+
+def test_a_tail_and_a_reader_skip_days_removed_under_them(tmp_path):
+    """Retention and compaction remove day folders while gateways follow the
+    log: a follower forgets the removed files, a reader skips them."""
+    for day in ("2026-01-01", "2026-01-02"):
+        (tmp_path / day).mkdir()
+        (tmp_path / day / "10-w.jsonl").write_text(json.dumps({"day": day}) + "\n")
+    tail = JsonlTail(tmp_path)
+    assert [r["day"] for r in tail.read_new()] == ["2026-01-01", "2026-01-02"]
+    listed = sorted(tmp_path.rglob("*.jsonl"))
+    shutil.rmtree(tmp_path / "2026-01-01")
+    assert tail.read_new() == [] and list(tail.read_to) == [listed[1]]
+    assert [r["day"] for r in read_files(listed)] == ["2026-01-02"]
