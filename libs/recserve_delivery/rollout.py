@@ -57,6 +57,7 @@ class Rollout:
         self.name = name  # the state file: <data_dir>/rollout/<name>.json
         # False on a replica that follows another's rollout (recserve_delivery.replicas).
         self.writer = True
+        self._followed: tuple[int, int, int] | None = None  # the state file a follower read
         self.state = rollout_state.load(data_dir, name) or RolloutState(stable=stable)
         self.windows: dict[str, VersionWindow] = {}
         self.last: Verdict | None = None
@@ -348,6 +349,13 @@ class Rollout:
     def follow(self) -> bool:
         """A follower's look: the writer's saved state, when it changed (a
         new step: this replica's figures start over). True if it changed."""
+        try:  # a save is a new file (os.replace): unchanged, nothing to parse
+            stat = rollout_state.path(self.data_dir, self.name).stat()
+        except FileNotFoundError:
+            return False
+        seen, self._followed = self._followed, (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if seen == self._followed:
+            return False
         saved = rollout_state.load(self.data_dir, self.name)
         if saved is None or saved == self.state:
             return False
