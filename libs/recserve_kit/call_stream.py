@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf import descriptor_pool, message_factory
@@ -180,7 +180,7 @@ def stream_handler(servicer: CallStreamServicer) -> grpc.GenericRpcHandler:
 _STATUS_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 
 
-def _error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
 
 
@@ -221,7 +221,7 @@ class HeldStream:
         future = self.pending.pop(frame_id, None)
         if future is not None and not future.done():
             self.late.add(frame_id)
-            future.set_exception(_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+            future.set_exception(rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
     @property
     def backlog(self) -> int:
@@ -235,7 +235,7 @@ class HeldStream:
         except grpc.aio.AioRpcError as exc:
             self._break(exc)
         except asyncio.InvalidStateError:
-            self._break(_error(grpc.StatusCode.UNAVAILABLE, "call stream ended"))
+            self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, "call stream ended"))
 
     async def _read(self) -> None:
         try:
@@ -246,11 +246,11 @@ class HeldStream:
                     self.late.discard(frame_id)
                 elif not future.done():
                     future.set_result(answer)
-            self._break(_error(grpc.StatusCode.UNAVAILABLE, "call stream ended by the server"))
+            self._break(rpc_error(grpc.StatusCode.UNAVAILABLE, "call stream ended by the server"))
         except grpc.aio.AioRpcError as exc:
             self._break(exc)
         except asyncio.CancelledError:
-            self._break(_error(grpc.StatusCode.CANCELLED, "call stream closed"))
+            self._break(rpc_error(grpc.StatusCode.CANCELLED, "call stream closed"))
             raise
 
     def _break(self, error: grpc.aio.AioRpcError) -> None:
@@ -335,7 +335,7 @@ class CallStream:
             answer = await self.call(method, request.SerializeToString(), timeout, metadata)
             if answer.code:
                 code = _STATUS_BY_VALUE.get(answer.code, grpc.StatusCode.UNKNOWN)
-                raise _error(code, answer.details)
+                raise rpc_error(code, answer.details)
             return parse(answer.payload)
 
         return call
@@ -361,9 +361,14 @@ class CallStream:
         self.calls.close()
 
 
-def over_stream(stub: Stub, stream: CallStream, full_service: str, methods: Iterable[str]) -> Stub:
+class UnaryCalls(Protocol):
+    def unary(self, method: str, response_class: Any) -> Callable[..., Awaitable[Any]]: ...
+
+
+def over_stream(stub: Stub, stream: UnaryCalls, full_service: str, methods: Iterable[str]) -> Stub:
     """``stub`` with ``methods`` (unary methods of ``full_service``) sent as
-    frames on ``stream``; its other methods stay unary calls."""
+    frames on ``stream`` (or run in this process, ``LocalCalls``); its other
+    methods stay unary calls."""
     descriptor = descriptor_pool.Default().FindServiceByName(full_service)
     for name in methods:
         method = descriptor.methods_by_name[name]

@@ -33,10 +33,10 @@ from prometheus_client import Histogram
 
 from recserve_kit.admin import AdminTokens
 from recserve_kit.errors import RecserveError
+from recserve_kit.telemetry import tracer_for
 from recserve_kit.tracing import inbound_context
 
 log = logging.getLogger(__name__)
-tracer = trace.get_tracer("recserve.rpc")
 
 RPC_DURATION = Histogram(
     "recserve_rpc_server_duration_seconds",
@@ -146,6 +146,7 @@ def wrap_unary(
     full_service: str, method: str, inner: Callable[..., Any], service: str
 ) -> Callable[..., Any]:
     durations = _Durations(service, method)
+    tracer = tracer_for(service)
     span_name = f"/{full_service}/{method}"  # the OpenTelemetry gRPC convention
     attributes = {"rpc.system": "grpc", "rpc.service": full_service, "rpc.method": method}
 

@@ -58,17 +58,29 @@ class OtlpJsonFileExporter(SpanExporter):
 
 @dataclass
 class Telemetry:
-    provider: TracerProvider
+    providers: list[TracerProvider]
 
     def shutdown(self) -> None:
         """Flush spans still buffered; called last on shutdown."""
-        self.provider.force_flush()
-        self.provider.shutdown()
+        for provider in self.providers:
+            provider.force_flush()
+            provider.shutdown()
 
 
-def setup_telemetry(
-    service: str, data_dir: Path, metrics_port: int = 0, metrics_host: str = "127.0.0.1"
-) -> Telemetry:
+# The services a process hosts beside its own (services.one_process), each
+# with a tracer provider of its own: a trace shows their spans under their
+# own names, as when each runs apart.
+_HOSTED: dict[str, TracerProvider] = {}
+
+
+def tracer_for(service: str) -> trace.Tracer:
+    """The tracer for ``service``'s server spans: its own provider where this
+    process hosts it beside another, the process's otherwise."""
+    hosted = _HOSTED.get(service)
+    return hosted.get_tracer("recserve.rpc") if hosted else trace.get_tracer("recserve.rpc")
+
+
+def _provider(service: str, data_dir: Path) -> TracerProvider:
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -79,10 +91,23 @@ def setup_telemetry(
     else:
         exporter = OtlpJsonFileExporter(data_dir / "traces" / f"{service}.jsonl")
     provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def setup_telemetry(
+    service: str,
+    data_dir: Path,
+    metrics_port: int = 0,
+    metrics_host: str = "127.0.0.1",
+    hosted: Sequence[str] = (),
+) -> Telemetry:
+    provider = _provider(service, data_dir)
     trace.set_tracer_provider(provider)
+    for name in hosted:
+        _HOSTED[name] = _provider(name, data_dir)
     # No grpc instrumentation patches: the kit's servers open their own
     # server spans (recserve_kit.rpc) and callers pass the context on
     # (recserve_kit.tracing), which costs a fraction of the interceptors.
     if metrics_port:
         start_http_server(metrics_port, addr=metrics_host)
-    return Telemetry(provider)
+    return Telemetry([provider, *(_HOSTED[name] for name in hosted)])

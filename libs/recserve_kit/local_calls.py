@@ -1,0 +1,61 @@
+"""Unary calls to a service hosted in the caller's own process.
+
+Where one host serves, the gateway's process hosts the features, retriever
+and ranker modules (``services.one_process``), and the request path's calls
+to them skip gRPC altogether: no serialisation, no HTTP/2 stream, no wake of
+gRPC's poller. Each call still runs the very handler a gRPC call would run,
+with the same wrapper (error mapping, server span, duration metric, token
+checks), and the caller sees the same thing: the reply message, or
+``grpc.aio.AioRpcError`` with the status the handler chose, or
+DEADLINE_EXCEEDED when ``timeout`` passes (the handler is cancelled, as a
+server cancels a call whose deadline passed).
+
+``LocalCalls.unary`` has the shape of ``CallStream.unary``, so ``over_stream``
+puts either under a generated stub's hot methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import grpc
+
+from recserve_kit.call_stream import FrameContext, UnaryHandler, rpc_error
+
+
+class LocalCalls:
+    """The unary methods of one in-process service, by full method name."""
+
+    def __init__(self, handlers: Mapping[str, UnaryHandler]) -> None:
+        self.handlers = dict(handlers)
+
+    def unary(self, method: str, response_class: Any = None) -> Callable[..., Awaitable[Any]]:
+        """A callable like a stub's ``method``: (request, timeout=, metadata=).
+        The request and reply are the messages themselves; the caller must
+        not change a message after it has sent it."""
+        try:
+            behaviour = self.handlers[method].behaviour
+        except KeyError:
+            raise ValueError(f"{method}: no such unary method in this process") from None
+
+        async def call(
+            request: Any, timeout: float | None = None, metadata: Iterable[tuple[str, str]] = ()
+        ) -> Any:
+            context = FrameContext(dict(metadata), timeout or 0.0)
+            try:
+                if timeout is None:
+                    return await behaviour(request, context)
+                async with asyncio.timeout(timeout) as limit:
+                    return await behaviour(request, context)
+            except grpc.aio.AbortError:
+                code = context.code() or grpc.StatusCode.UNKNOWN
+                raise rpc_error(code, context.details()) from None
+            except TimeoutError:
+                if timeout is not None and limit.expired():
+                    late = grpc.StatusCode.DEADLINE_EXCEEDED
+                    raise rpc_error(late, "Deadline Exceeded") from None
+                raise
+
+        return call

@@ -1,0 +1,96 @@
+"""Calls to a service hosted in the caller's process (recserve_kit.local_calls),
+against the kit's real server: the same answers and statuses as a gRPC call
+to the same server, the deadline, the caller's metadata, and the message
+itself handed over (no serialisation)."""
+
+import asyncio
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY
+
+from recserve.features.v1 import features_pb2 as fpb
+from recserve.features.v1 import features_pb2_grpc
+from recserve_kit.call_stream import over_stream
+from recserve_kit.config import ServiceSettings
+from recserve_kit.local_calls import LocalCalls
+from recserve_kit.server import Registration, build_server
+from recserve_kit.tracing import TRACEPARENT
+from tests.unit.test_call_stream import SERVICE, TRACE, Features, ask
+
+
+@pytest.fixture
+async def hosted():
+    features = Features()
+    settings = ServiceSettings(port=0, shutdown_grace_s=2, shutdown_drain_s=0)
+    service = build_server("local-test", settings, [Registration(features, SERVICE)])
+    await service.start()
+    channel = grpc.aio.insecure_channel(service.address)
+    assert service.frames is not None
+    local = over_stream(
+        features_pb2_grpc.FeatureServiceStub(channel),
+        LocalCalls(service.frames.handlers),
+        SERVICE,
+        ["GetUserFeatures"],
+    )
+    try:
+        yield features, local, features_pb2_grpc.FeatureServiceStub(channel)
+    finally:
+        await channel.close()
+        await service.stop(0)
+
+
+def calls_counted(code: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "recserve_rpc_server_duration_seconds_count",
+        {"service": "local-test", "method": "GetUserFeatures", "code": code},
+    )
+    return value or 0.0
+
+
+async def test_the_handler_runs_in_this_process_with_the_callers_metadata(hosted):
+    features, local, _ = hosted
+    before = calls_counted("OK")
+    reply = await local.GetUserFeatures(ask("a"), timeout=2, metadata=((TRACEPARENT, TRACE),))
+    assert reply.user.user_id == "a" and reply.user.found
+    assert features.metadata[-1][TRACEPARENT] == TRACE
+    assert 0 < features.time_left[-1] <= 2
+    # The kit's wrapper ran: the call is in the service's duration metric.
+    assert calls_counted("OK") == before + 1
+
+
+async def test_statuses_are_those_of_a_grpc_call(hosted):
+    _, local, remote = hosted
+    for user_id in ("bad", "gone", "boom"):
+        with pytest.raises(grpc.aio.AioRpcError) as over_grpc:
+            await remote.GetUserFeatures(ask(user_id), timeout=2)
+        with pytest.raises(grpc.aio.AioRpcError) as in_process:
+            await local.GetUserFeatures(ask(user_id), timeout=2)
+        assert in_process.value.code() == over_grpc.value.code()
+        assert in_process.value.details() == over_grpc.value.details()
+    assert in_process.value.code() == grpc.StatusCode.INTERNAL
+    assert "secret" not in in_process.value.details()
+
+
+async def test_a_late_handler_is_deadline_exceeded_and_cancelled(hosted):
+    _, local, _ = hosted
+    before = calls_counted("CANCELLED")
+    with pytest.raises(grpc.aio.AioRpcError) as late:
+        await local.GetUserFeatures(ask("slow:500"), timeout=0.05)
+    assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    # Cancelled where it waited, as a server cancels a call past its deadline.
+    assert calls_counted("CANCELLED") == before + 1
+    reply = await local.GetUserFeatures(ask("after"), timeout=2)
+    assert reply.user.user_id == "after"
+
+
+async def test_concurrent_calls_each_get_their_own_answer(hosted):
+    _, local, _ = hosted
+    users = ["slow:40", "slow:20", "a", "slow:5"]
+    replies = await asyncio.gather(*(local.GetUserFeatures(ask(u), timeout=2) for u in users))
+    assert [r.user.user_id for r in replies] == users
+
+
+def test_an_unknown_method_is_named():
+    with pytest.raises(ValueError, match=r"/x\.Y/Z: no such unary method"):
+        LocalCalls({}).unary("/x.Y/Z", fpb.GetUserFeaturesResponse)
