@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -18,6 +19,7 @@ from recserve_kit.call_stream import CallStream, over_stream
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.jsonl_log import JsonlLog
+from recserve_kit.local_calls import LocalCalls
 from recserve_kit.server import Registration, Service, build_server
 from recserve_model.artifacts import ArtifactError
 from services.gateway.config import GatewaySettings
@@ -66,18 +68,27 @@ HOT_METHODS = {
 
 
 def stubs(
-    settings: GatewaySettings, channels: dict[str, grpc.aio.Channel]
+    settings: GatewaySettings,
+    channels: dict[str, grpc.aio.Channel],
+    hosted: Mapping[str, Service] | None = None,
 ) -> tuple[Any, Any, Any, list[CallStream]]:
-    """The backends' stubs, with the hot methods on held streams when
-    ``call_streams`` is above 0 (the streams returned, to close)."""
+    """The backends' stubs. The hot methods of a backend ``hosted`` in this
+    process run its handlers directly (``LocalCalls``); of the others, they
+    go on held streams when ``call_streams`` is above 0 (the streams
+    returned, to close)."""
     made = {
         "features": features_pb2_grpc.FeatureServiceStub(channels["features"]),
         "retriever": retriever_pb2_grpc.RetrieverServiceStub(channels["retriever"]),
         "ranker": ranker_pb2_grpc.RankerServiceStub(channels["ranker"]),
     }
+    hosted = hosted or {}
     streams = []
-    if settings.call_streams:
-        for name, (service, methods) in HOT_METHODS.items():
+    for name, (service, methods) in HOT_METHODS.items():
+        if name in hosted:
+            handlers = hosted[name].frames
+            assert handlers is not None
+            over_stream(made[name], LocalCalls(handlers.handlers), service, methods)
+        elif settings.call_streams:
             stream = CallStream(channels[name], settings.call_streams)
             over_stream(made[name], stream, service, methods)
             streams.append(stream)
@@ -85,7 +96,9 @@ def stubs(
 
 
 def create_gateway(
-    settings: GatewaySettings, channels: dict[str, grpc.aio.Channel]
+    settings: GatewaySettings,
+    channels: dict[str, grpc.aio.Channel],
+    hosted: Mapping[str, Service] | None = None,
 ) -> tuple[Gateway, ItemWatch, list[CallStream]]:
     """The domain with its local copies loaded: fallback lists, segment lists,
     and the catalogue copy the returned watch keeps live."""
@@ -95,7 +108,7 @@ def create_gateway(
     segments.reload()
     descriptions = ItemDescriptions()
     watch = ItemWatch(channels["features"], descriptions.replace, descriptions.update)
-    features, retriever, ranker, streams = stubs(settings, channels)
+    features, retriever, ranker, streams = stubs(settings, channels, hosted)
     gateway = Gateway(settings, features, retriever, ranker, popular, descriptions, segments)
     return gateway, watch, streams
 
@@ -127,15 +140,13 @@ def backend_channels(settings: GatewaySettings) -> dict[str, grpc.aio.Channel]:
     }
 
 
-async def create_server(settings: GatewaySettings) -> Service:
-    channels = backend_channels(settings)
-    gateway, watch, streams = create_gateway(settings, channels)
-    popular, segments = gateway.degrade.popular, gateway.degrade.segments
-
+def dependency_probes(
+    popular: PopularItems, watch: ItemWatch, channels: Mapping[str, grpc.aio.Channel]
+) -> list[DependencyProbe]:
     async def fallback_loaded() -> bool:
         return popular.loaded
 
-    probes = [
+    return [
         DependencyProbe("fallback", fallback_loaded, interval_s=1.0),
         # Titles for answers; without it they are fetched per answer instead.
         DependencyProbe("item_catalogue", watch.healthy, interval_s=1.0, required=False),
@@ -145,6 +156,17 @@ async def create_server(settings: GatewaySettings) -> Service:
         DependencyProbe(name, functools.partial(backend_serving, channel), 1.0, required=False)
         for name, channel in channels.items()
     ]
+
+
+async def create_server(
+    settings: GatewaySettings, hosted: Mapping[str, Service] | None = None
+) -> Service:
+    """The gateway; ``hosted``: backends served by this same process
+    (``services.one_process``), whose request-path calls stay in it."""
+    channels = backend_channels(settings)
+    gateway, watch, streams = create_gateway(settings, channels, hosted)
+    popular, segments = gateway.degrade.popular, gateway.degrade.segments
+    probes = dependency_probes(popular, watch, channels)
     impressions, event_log = recorders(settings)
     # The events API counts each event under the lists this gateway showed.
     events = EventServicer(
