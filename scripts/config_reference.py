@@ -67,6 +67,7 @@ SECTIONS = [
 DEFAULT_WORDS = {
     ("StackSettings", "gateway_extra_ports"): "`[50061]` on 4+ cores, else `[]`",
     ("StackSettings", "gateway_standby_port"): "`50062` on fewer than 4 cores, else `0`",
+    ("StackSettings", "one_process"): "`true` on fewer than 4 cores, else `false`",
     ("StackSettings", "python"): "the Python that runs the runner",
 }
 # Read straight from the environment, outside the settings classes.

@@ -121,6 +121,13 @@ class ComposeStack:
         """Host pids of the main process of each container running ``marker``."""
         return [int(c["State"]["Pid"]) for c in self.containers(SERVICES[marker])]
 
+    def gateway_pids(self) -> list[int]:
+        """The gateways' pids (in Compose each service is its own container)."""
+        return self.component_pids("services.gateway")
+
+    def process_of(self, marker: str) -> str:
+        return marker  # each service its own container
+
     def component_pid(self, marker: str) -> int:
         return self.component_pids(marker)[0]
 

@@ -19,6 +19,7 @@ import psutil
 
 from recserve_kit import transport
 from recserve_kit.transport import Tls
+from recserve_stack.settings import small_host
 from tests.helpers import free_port_block, poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +106,20 @@ class RunningStack:
                 continue
         return found
 
+    def gateway_pids(self) -> list[int]:
+        """The gateways' pids: first the one that hosts the backends
+        (``RECSERVE_STACK_ONE_PROCESS``), when the stack runs one."""
+        return self.component_pids("services.one_process") + self.component_pids("services.gateway")
+
+    def process_of(self, marker: str) -> str:
+        """The marker of the process that runs ``marker``'s module: the one
+        process, for a hosted backend when the stack runs the request path
+        in one process."""
+        hosted = ("services.features", "services.retriever", "services.ranker")
+        if self.env.get("RECSERVE_STACK_ONE_PROCESS") == "true" and marker in hosted:
+            return "services.one_process"
+        return marker
+
     def component_pid(self, marker: str) -> int:
         found = self.component_pids(marker)
         if not found:
@@ -122,9 +137,12 @@ class RunningStack:
         return self.output().count("restarting (")
 
     def metrics(self, service: str, replica: int = 0) -> str:
-        """The /metrics text of a service's replica."""
+        """The /metrics text of a service's replica (a hosted module's are
+        its host's, the gateway's)."""
         from recserve_stack.settings import StackSettings
 
+        if replica == 0 and self.process_of(f"services.{service}") == "services.one_process":
+            service = "gateway"
         base = int(self.env["RECSERVE_STACK_METRICS_BASE_PORT"])
         port = StackSettings(metrics_base_port=base).metrics_port(service, replica)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
@@ -170,6 +188,8 @@ def stack_env(data_dir: Path, canary: CanaryEnv | None = None, **overrides: str)
         env["RECSERVE_STACK_GATEWAY_EXTRA_PORTS"] = "[]"
         env["RECSERVE_STACK_GATEWAY_STANDBY_PORT"] = str(base + len(PORT_NAMES) + 2)
     env.update(overrides)
+    # Said outright, so that a test knows which processes run what.
+    env.setdefault("RECSERVE_STACK_ONE_PROCESS", str(small_host()).lower())
     return env
 
 

@@ -61,6 +61,13 @@ def ensure_socket_dir(settings: StackSettings) -> None:
 AFTER = {"ranker": ("triton", "features"), "gateway": ("features", "retriever", "ranker")}
 
 
+def after(settings: StackSettings, service: str) -> tuple[str, ...]:
+    """What must be ready before a process of ``service`` starts: with
+    ``one_process``, every other gateway and ranker waits for the one that
+    hosts the backends (which waits for Triton)."""
+    return ("gateway",) if settings.one_process else AFTER.get(service, ())
+
+
 def operator_tls(settings: StackSettings) -> Tls | None:
     """The certificate the runner, tools and tests call internal ports with."""
     return Tls.load(settings.tls_dir, "operator") if settings.tls else None
@@ -75,8 +82,38 @@ def service_component(settings: StackSettings, name: str, env: dict[str, str]) -
         env=env,
         cwd=ROOT,
         address=address,
-        after=AFTER.get(name, ()),
+        after=after(settings, name),
     )
+
+
+def one_process_component(settings: StackSettings, env: dict[str, str]) -> Component:
+    """The gateway's process hosting the three backends (``one_process``):
+    named "gateway", ready when all four of its ports serve."""
+    addresses = [f"{settings.host}:{getattr(settings, f'{n}_port')}" for n in SERVICES]
+    tls = operator_tls(settings)
+
+    async def ready() -> bool:
+        for address in addresses:
+            if not await grpc_serving(address, tls=tls):
+                return False
+        return True
+
+    return Component(
+        name="gateway",
+        argv=[str(settings.python), "-u", "-m", "services.one_process"],
+        ready=ready,
+        env=env,
+        cwd=ROOT,
+        address=addresses[-1],
+        after=("triton",),
+    )
+
+
+def request_path(settings: StackSettings, env: dict[str, str]) -> list[Component]:
+    """The service processes: one each, or the one process that hosts all."""
+    if settings.one_process:
+        return [one_process_component(settings, env)]
+    return [service_component(settings, name, env) for name in SERVICES]
 
 
 def replica_process(
@@ -104,7 +141,7 @@ def replica_process(
         },
         cwd=ROOT,
         address=address,
-        after=AFTER[service],
+        after=after(settings, service),
     )
 
 
@@ -173,7 +210,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             env=triton.environment(settings),
             address=f"{settings.host}:{settings.triton_grpc_port}",
         ),
-        *(service_component(settings, name, env) for name in SERVICES),
+        *request_path(settings, env),
         *ranker_replicas(settings, env),
         *replicas,
         Component(

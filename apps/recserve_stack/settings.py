@@ -34,8 +34,12 @@ def default_extra_gateways() -> list[int]:
     return [50061] if (os.cpu_count() or 1) >= 4 else []
 
 
+def small_host() -> bool:
+    return (os.cpu_count() or 1) < 4
+
+
 def default_standby_gateway() -> int:
-    return 50062 if (os.cpu_count() or 1) < 4 else 0
+    return 50062 if small_host() else 0
 
 
 class StackSettings(BaseSettings):
@@ -102,6 +106,15 @@ class StackSettings(BaseSettings):
         description="Each component's log and Envoy's access log under data_dir/logs: past "
         "this size it is renamed <name>.1 (replacing the one before), so each takes at most "
         "twice this.",
+    )
+    # On two cores, five Python gRPC servers per Recommend spent most of
+    # their CPU in gRPC itself (docs/benchmarks.md, "One process").
+    one_process: bool = Field(
+        default_factory=small_host,
+        description="The gateway's process hosts the features, retriever and ranker modules "
+        "and calls them in-process (`python -m services.one_process`; default on fewer "
+        "than 4 cores); each module keeps its port. False: each its own process, as in "
+        "Compose and Kubernetes.",
     )
     ranker_extra_ports: list[int] = Field(
         default_factory=list,

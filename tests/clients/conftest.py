@@ -26,7 +26,9 @@ def stack(built, tmp_path_factory) -> Iterator[RunningStack]:
     data_dir = data_dir_for_versions(
         tmp_path_factory.mktemp("clients") / "data", built.directory.parents[1]
     )
-    with running_stack(data_dir) as running:
+    # Each service its own process (the e2e suite runs the one-process
+    # default on small hosts): the clients' tests freeze one backend at a time.
+    with running_stack(data_dir, RECSERVE_STACK_ONE_PROCESS="false") as running:
         yield running
 
 

@@ -24,7 +24,7 @@ def rating(n: int) -> Event:
 
 def test_ten_thousand_events_through_a_killed_gateway_are_each_kept_once(stack):
     token = (stack.data_dir / "auth" / "app.token").read_text().strip()
-    gateways = stack.component_pids("services.gateway")
+    gateways = stack.gateway_pids()
     assert len(gateways) == 2
     with RecserveClient(stack.envoy_address, ClientOptions(token=token)) as client:
         batcher = EventBatcher(client, batch_size=250, flush_interval_s=0.05)
@@ -47,7 +47,7 @@ def test_ten_thousand_events_through_a_killed_gateway_are_each_kept_once(stack):
     assert len(logged) == EVENTS and set(logged) == {f"kill-{n}" for n in range(EVENTS)}
 
     def both_back() -> bool:
-        found = stack.component_pids("services.gateway")
+        found = stack.gateway_pids()
         return len(found) == 2 and gateways[0] not in found
 
     poll_until(both_back, 60, 0.2, "the runner to restart the killed gateway")

@@ -124,7 +124,7 @@ def test_a_frozen_gateway_costs_the_caller_nothing(stack, client):
     """One of two gateways hung: an attempt sent to it is abandoned after the
     policy's attempt timeout and sent again, to the other one."""
     full_answer(client)
-    gateways = stack.component_pids("services.gateway")
+    gateways = stack.gateway_pids()
     assert len(gateways) == 2
     before = envoy_counters(stack, *ATTEMPTS)
     calls = 0
@@ -148,7 +148,7 @@ async def test_a_killed_gateway_costs_the_caller_nothing(stack):
     could not place), and the runner brings the killed one back."""
     with RecserveClient(stack.envoy_address) as warm:
         full_answer(warm)
-    gateways = stack.component_pids("services.gateway")
+    gateways = stack.gateway_pids()
     assert len(gateways) == 2
     errors: list[BaseException] = []
     answered = 0
@@ -172,7 +172,7 @@ async def test_a_killed_gateway_costs_the_caller_nothing(stack):
     assert answered > 20
 
     def both_back() -> bool:
-        found = stack.component_pids("services.gateway")
+        found = stack.gateway_pids()
         return len(found) == 2 and gateways[0] not in found
 
     poll_until(both_back, 60, 0.2, "the runner to restart the killed gateway")

@@ -36,6 +36,7 @@ def stack(built, tmp_path_factory):
     second = free_port()
     # One gateway: the cores go to the two rankers.
     extra = {"RECSERVE_STACK_RANKER_EXTRA_PORTS": f"[{second}]"}
+    extra["RECSERVE_STACK_ONE_PROCESS"] = "false"  # two ranker processes, killed alone
     with running_stack(data_dir, RECSERVE_STACK_GATEWAY_EXTRA_PORTS="[]", **extra) as running:
         running.env["TEST_SECOND_RANKER"] = f"127.0.0.1:{second}"
         yield running

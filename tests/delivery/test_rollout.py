@@ -41,7 +41,8 @@ def stack(built, tmp_path_factory):
     data_dir = data_dir_for_versions(
         tmp_path_factory.mktemp("delivery") / "data", built.directory.parents[1]
     )
-    with running_stack(data_dir) as running:
+    # Each service its own process: the ranker's own metrics, and its kill.
+    with running_stack(data_dir, RECSERVE_STACK_ONE_PROCESS="false") as running:
         yield running
 
 

@@ -49,7 +49,7 @@ def recommends(stack, replica: int) -> float:
 
 
 def serving_gateway(stack) -> int:
-    pids = stack.component_pids("services.gateway")
+    pids = stack.gateway_pids()
     assert len(pids) == 2, pids  # the gateway and the standby
     (pid,) = [p for p in pids if psutil.Process(p).environ().get(STANDBY_MARK) != "standby"]
     return pid
@@ -86,7 +86,7 @@ def test_the_standby_takes_nothing_while_the_gateway_serves_and_everything_when_
     assert took_over > idle  # the retried and redirected calls
 
     def back():
-        pids = stack.component_pids("services.gateway")
+        pids = stack.gateway_pids()
         return len(pids) == 2 and gateway not in pids
 
     poll_until(back, 60, 0.2, "the runner to restart the killed gateway")

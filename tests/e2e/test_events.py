@@ -147,7 +147,7 @@ def test_no_acknowledged_event_is_lost_to_a_sigkill_under_load(stack, events):
                 continue  # not acknowledged: may or may not be kept
             acknowledged.extend(e.event_id for e in batch)
 
-    gateways = stack.component_pids("services.gateway")
+    gateways = stack.gateway_pids()
     senders = [threading.Thread(target=send, args=(w,)) for w in range(4)]
     for sender in senders:
         sender.start()
@@ -162,7 +162,7 @@ def test_no_acknowledged_event_is_lost_to_a_sigkill_under_load(stack, events):
     assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged events lost"
 
     def both_back():
-        found = stack.component_pids("services.gateway")
+        found = stack.gateway_pids()
         return len(found) == 2 and all(found) and gateways[0] not in found
 
     poll_until(both_back, 60, 0.2, "the runner to restart the killed gateway")

@@ -72,11 +72,12 @@ def test_an_item_without_a_vector_is_served_at_once_and_survives_a_restart(stack
     # features service knows the item only from the next build).
     assert (answer.items[0].title, list(answer.items[0].categories)) == (item.title, ["Comedy"])
 
-    before = stack.component_pid("services.retriever")
-    stack.kill("services.retriever")
+    retriever = stack.process_of("services.retriever")
+    before = stack.component_pid(retriever)
+    stack.kill(retriever)
 
     def restarted():
-        pids = stack.component_pids("services.retriever")
+        pids = stack.component_pids(retriever)
         return pids and all(pids) and before not in pids
 
     poll_until(restarted, 60, 0.2, "the runner to restart the retriever")

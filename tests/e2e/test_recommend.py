@@ -234,7 +234,7 @@ def test_a_gateway_killed_under_load_costs_no_client_error(stack, stub):
     from bench.load import run_load
 
     full_answer(stub)
-    gateways = stack.component_pids("services.gateway")
+    gateways = stack.gateway_pids()
     assert len(gateways) == 2
     result = asyncio.run(
         run_load(
@@ -249,7 +249,7 @@ def test_a_gateway_killed_under_load_costs_no_client_error(stack, stub):
     assert result.sent == 200 and not result.errors, result.summary()
 
     def both_back():
-        found = stack.component_pids("services.gateway")  # (0: a container not running)
+        found = stack.gateway_pids()  # (0: a container not running)
         return len(found) == 2 and all(found) and gateways[0] not in found
 
     poll_until(both_back, 60, 0.2, "the runner to restart the killed gateway")
@@ -299,15 +299,20 @@ def degraded_by(stub, user_id: str, reasons: set[str], tries: int = 5) -> pb.Rec
     return reply
 
 
+def apart(*case):
+    """A case that hangs one backend alone."""
+    return pytest.param(*case, marks=pytest.mark.backends_apart)
+
+
 @pytest.mark.parametrize(
     "marker, reasons, source",
     [
         # Without features the user is unknown: popular items.
-        ("services.features", {"FEATURES_TIMEOUT", "FEATURES_UNAVAILABLE"}, "POPULAR"),
+        apart("services.features", {"FEATURES_TIMEOUT", "FEATURES_UNAVAILABLE"}, "POPULAR"),
         # With them, the user's own list from the nightly run.
-        ("services.retriever", {"RETRIEVER_TIMEOUT", "RETRIEVER_UNAVAILABLE"}, "PRECOMPUTED"),
+        apart("services.retriever", {"RETRIEVER_TIMEOUT", "RETRIEVER_UNAVAILABLE"}, "PRECOMPUTED"),
         # The ranker or Triton down: ranked by retrieval (the user's stored vector).
-        ("services.ranker", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}, "RETRIEVAL_ORDER"),
+        apart("services.ranker", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}, "RETRIEVAL_ORDER"),
         ("tritonserver", {"RANKER_TIMEOUT", "RANKER_UNAVAILABLE"}, "RETRIEVAL_ORDER"),
     ],
 )
@@ -377,6 +382,7 @@ async def burst(stack, size, direct_to_gateway=False):
         return await asyncio.gather(*calls)
 
 
+@pytest.mark.backends_apart
 def test_overload_is_shed_at_the_door_by_an_adaptive_bound(stack, stub):
     """A hung retriever holds every admitted request for its stage deadline
     and ends it with RETRIEVER_TIMEOUT, a sign of overload: the gateway's

@@ -167,7 +167,7 @@ def test_processes_of_one_host_call_each_other_on_sockets_of_the_stacks_user(sta
         str(sockets / "gateway-2.sock"),
     }
     service_ports = {stack.port(name) for name in ("features", "retriever", "ranker")}
-    for pid in stack.component_pids("services.gateway"):
+    for pid in stack.gateway_pids():
         tcp = psutil.Process(pid).net_connections(kind="tcp")
         assert not [c for c in tcp if c.raddr and c.raddr.port in service_ports], tcp
     if os.getuid() == 0:

@@ -1,6 +1,7 @@
 """The local stack's wiring: two gateways by default, each with its own
 ports and socket, both behind Envoy; one when asked; the processes call each
-other on Unix sockets unless told to use the ports."""
+other on Unix sockets unless told to use the ports; the backends hosted in
+the gateway's process, or each in its own."""
 
 from pathlib import Path
 
@@ -16,6 +17,7 @@ def test_two_gateways_with_their_own_ports_behind_envoy(tmp_path: Path):
         gateway_extra_ports=[50061],
         gateway_standby_port=0,
         unix_sockets=False,
+        one_process=False,
     )
     components = {c.name: c for c in stack_components(settings)}
     first, second = components["gateway"], components["gateway-2"]
@@ -78,3 +80,27 @@ def test_a_standby_gateway_is_envoys_failover_not_a_second_server(tmp_path: Path
     assert "gateway-standby.sock" in failover
     assert "envoy.retry_priorities.previous_priorities" in config
     assert settings.metrics_port("gateway", 1) == int(standby["RECSERVE_GATEWAY_METRICS_PORT"])
+
+
+def test_one_process_hosts_the_backends_and_the_other_processes_wait_for_it(tmp_path: Path):
+    settings = StackSettings(
+        data_dir=tmp_path,
+        one_process=True,
+        gateway_extra_ports=[50061],
+        gateway_standby_port=50062,
+        ranker_extra_ports=[50071],
+    )
+    components = {c.name: c for c in stack_components(settings)}
+    assert not {"features", "retriever", "ranker"} & set(components)
+    hosting = components["gateway"]
+    assert hosting.argv[-2:] == ["-m", "services.one_process"] and hosting.after == ("triton",)
+    assert hosting.env is not None
+    # Each hosted module reads its own settings: its port and socket stay.
+    assert hosting.env["RECSERVE_RANKER_PORT"] == str(settings.ranker_port)
+    assert hosting.env["RECSERVE_RETRIEVER_SOCKET"] == str(tmp_path / "sockets" / "retriever.sock")
+    # A second gateway, the standby and a second ranker call its ports.
+    for name in ("gateway-2", "gateway-standby", "ranker-2"):
+        assert components[name].after == ("gateway",)
+        assert components[name].argv[-1] != "services.one_process"
+    apart = {c.name for c in stack_components(StackSettings(data_dir=tmp_path, one_process=False))}
+    assert {"features", "retriever", "ranker", "gateway"} <= apart
