@@ -4,8 +4,13 @@
 #   bench/ab_stack.sh RECSERVE_STACK_UNIX_SOCKETS true false 8 cpu
 #   bench/ab_stack.sh RECSERVE_STACK_ENVOY_WORKERS 1 2 3 load200
 #   bench/ab_stack.sh RECSERVE_RANKER_COALESCE_IN_FLIGHT 0 1 2 cpu260   # cpu at 260/s
-# Writes build/bench/<what>-<variable>-<value>-<round>.json.
+#   bench/ab_stack.sh RECSERVE_STACK_ONE_PROCESS false true 1 serving   # idle, bursts, rates, chaos
+# Writes build/bench/<what>-<variable>-<value>-<round>.json. Each stack idles
+# RECSERVE_AB_SETTLE_S (default 45) after it is ready: the first half minute
+# after a start costs more per request (the retriever's new generation is
+# still being indexed), and a side measured then reads worse than it serves.
 set -u
+settle=${RECSERVE_AB_SETTLE_S:-45}
 variable=$1 first=$2 second=$3 rounds=$4 what=$5
 cd "$(dirname "$0")/.."
 python=.venv/bin/python
@@ -17,13 +22,20 @@ for round in $(seq "$rounds"); do
     env "$variable=$mode" $python -m recserve_stack up > "$log" 2>&1 &
     pid=$!
     for _ in $(seq 180); do grep -q "recserve stack ready" "$log" && break; sleep 1; done
+    sleep "$settle"
     $python -m bench load --rate 20 --duration 5 --out build/bench/ab-warm-up.json > /dev/null
     out=build/bench/$what-$variable-$mode-$round.json
     case $what in
       cpu) $python -m bench cpu --rate 50 --duration 20 --out "$out" > /dev/null ;;
       cpu[0-9]*) $python -m bench cpu --rate "${what#cpu}" --duration 20 --out "$out" > /dev/null ;;
       load200) $python -m bench load --rate 200 --duration 30 --out "$out" > /dev/null ;;
-      *) echo "unknown measurement: $what (cpu, cpuRATE, load200)" >&2; kill -INT $pid; exit 2 ;;
+      serving)  # idle p50, bursts of 32, rates to 400/s (200/s for 60 s), SIGKILL of each process
+        $python -m bench idle --out "${out%.json}-idle.json" > /dev/null
+        $python -m bench burst --sizes 32 --out "${out%.json}-burst.json" > /dev/null
+        $python -m bench sweep --rates 50,200,400 --duration 20 --long-rate 200 --long-duration 60 \
+          --chart "${out%.json}-sweep.png" --out "${out%.json}-sweep.json" > /dev/null
+        $python -m bench chaos --rate 50 --out "${out%.json}-chaos.json" > /dev/null ;;
+      *) echo "unknown measurement: $what (cpu, cpuRATE, load200, serving)" >&2; kill -INT $pid; exit 2 ;;
     esac
     kill -INT $pid
     wait $pid

@@ -32,6 +32,18 @@ def serving(processes: list[psutil.Process]) -> list[psutil.Process]:
     return found
 
 
+# In turn: the serving processes first (the one that hosts the backends, or
+# each service's), then Triton, then the ingress.
+KILL_ORDER = ("gateway", "one-process", "features", "retriever", "ranker", "tritonserver", "envoy")
+
+
+def running_names() -> tuple[str, ...]:
+    """The stack processes to kill in turn, of those that run (the
+    one-process stack has no features, retriever or ranker of its own)."""
+    processes = stack_processes()
+    return tuple(name for name in KILL_ORDER if serving(processes[name]))
+
+
 def _pid(name: str) -> int:
     found = serving(stack_processes()[name])
     if not found:

@@ -18,6 +18,8 @@ COMPONENTS = {
     "features": "services.features",
     "retriever": "services.retriever",
     "ranker": "services.ranker",
+    # RECSERVE_STACK_ONE_PROCESS: the gateway hosting the three above.
+    "one-process": "services.one_process",
     "tritonserver": "tritonserver --model-repository",
     "triton python stubs": "triton_python_backend_stub",
 }
@@ -46,9 +48,14 @@ def cpu_seconds(processes: list[psutil.Process]) -> float:
 
 def run(target: str, rate: float, duration: float) -> dict[str, object]:
     processes = stack_processes()
-    missing = [name for name, found in processes.items() if not found]
+    apart = ("features", "retriever", "ranker")
+    # Either every service its own process, or one process hosting the backends.
+    one = bool(processes["one-process"])
+    expected = [n for n in processes if n not in (apart if one else ("one-process",))]
+    missing = [name for name in expected if not processes[name]]
     if missing:
         raise SystemExit(f"not running: {', '.join(missing)} (start the stack first)")
+    processes = {name: processes[name] for name in expected}
     # The load generator shares these cores: its own CPU is reported beside.
     processes["load generator (this process)"] = [psutil.Process()]
     before = {name: cpu_seconds(p) for name, p in processes.items()}

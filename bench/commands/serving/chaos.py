@@ -14,17 +14,20 @@ from bench.output import console, write
 def chaos(
     target: Annotated[str, typer.Option(help="Envoy's address.")] = "127.0.0.1:8080",
     admin: Annotated[str, typer.Option(help="Envoy's admin URL.")] = "http://127.0.0.1:9901",
-    kill: Annotated[str, typer.Option(help="Comma-separated processes, in turn.")] = ",".join(
-        ("gateway", "features", "retriever", "ranker", "tritonserver", "envoy")
-    ),
+    kill: Annotated[
+        str,
+        typer.Option(help="Comma-separated processes, in turn; empty: each that runs."),
+    ] = "",
     rate: float = 100.0,
     duration: Annotated[float, typer.Option(help="Seconds of load per kill.", max=120)] = 15.0,
     out: Path | None = None,
 ) -> None:
     """SIGKILL each stack process in turn under open-loop load: what clients saw."""
     from bench.chaos import run as run_chaos
+    from bench.chaos import running_names
 
-    rows = run_chaos(target, admin, tuple(kill.split(",")), rate, duration)
+    names = tuple(kill.split(",")) if kill else running_names()
+    rows = run_chaos(target, admin, names, rate, duration)
     table = Table(title=f"SIGKILL under {rate:.0f} req/s through {target}, 2 s into the load")
     for column in ("killed", "errors", "degraded", "last non-full answer, s after kill", "p99 ms"):
         table.add_column(column)
