@@ -5,6 +5,7 @@ import time
 
 import grpc
 import psutil
+import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.helpers import data_dir_with_artifacts, poll_until
@@ -19,25 +20,41 @@ def list_services(address: str) -> set[str]:
     return {s.name for s in reply.list_services_response.service}
 
 
-def test_stack_starts_serves_reflection_through_envoy_and_stops_clean(tmp_path, built):
+@pytest.mark.parametrize(
+    "one_process, components",
+    [
+        ("false", ("triton", "features", "retriever", "ranker", "gateway", "envoy")),
+        # The gateway's process hosts the three backends (the default under 4 cores).
+        ("true", ("triton", "gateway", "envoy")),
+    ],
+)
+def test_stack_starts_serves_reflection_through_envoy_and_stops_clean(
+    tmp_path, built, one_process, components
+):
     data_dir = data_dir_with_artifacts(tmp_path / "data", built.directory.parents[1])
-    with running_stack(data_dir) as stack:
+    with running_stack(data_dir, RECSERVE_STACK_ONE_PROCESS=one_process) as stack:
         by_component: dict[str, list[str]] = {}
         for line in stack.lines:
             name, sep, rest = line.partition(" | ")
             if sep:
                 by_component.setdefault(name.strip(), []).append(rest)
-        for name in ("triton", "features", "retriever", "ranker", "gateway", "envoy"):
+        assert set(by_component) >= set(components), sorted(by_component)
+        for name in components:
             assert any(rest.startswith("ready") for rest in by_component[name]), name
-        # Each component's own log lines arrive under its name.
-        assert any('"msg": "serving"' in rest for rest in by_component["features"])
+        # Each component's own log lines arrive under its name (the features
+        # module's under its host's).
+        host = "features" if "features" in components else "gateway"
+        features_address = f'"address": "{stack.address("features")}"'
+        assert any(
+            '"msg": "serving"' in rest and features_address in rest for rest in by_component[host]
+        ), by_component[host][:20]
         assert any("Started GRPCInferenceService" in rest for rest in by_component["triton"])
         services = poll_until(
             lambda: list_services(stack.envoy_address), 30, 0.5, "reflection via Envoy"
         )
         assert "recserve.recommend.v1.RecommendService" in services
         children = stack.descendants()
-        assert len(children) >= 6  # all six components (and Triton's stubs)
+        assert len(children) >= len(components)  # each component (and Triton's stubs)
     assert stack.process.returncode == 0
     assert "stack stopped" in stack.output()
     poll_until(
