@@ -30,12 +30,13 @@ ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
 SOCKET_DIR_MAX = 107 - len(f"/{STANDBY_GATEWAY}.sock")
 
 
-def default_extra_gateways() -> list[int]:
-    return [50061] if (os.cpu_count() or 1) >= 4 else []
-
-
 def small_host() -> bool:
+    """Fewer than 4 cores: one process for the request path, a standby gateway."""
     return (os.cpu_count() or 1) < 4
+
+
+def default_extra_gateways() -> list[int]:
+    return [] if small_host() else [50061]
 
 
 def default_standby_gateway() -> int:

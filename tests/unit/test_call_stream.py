@@ -12,7 +12,7 @@ from recserve.features.v1 import features_pb2_grpc
 from recserve_kit.call_stream import CallStream, over_stream
 from recserve_kit.config import ServiceSettings
 from recserve_kit.errors import InvalidArgument, NotFound
-from recserve_kit.server import Registration, build_server
+from recserve_kit.server import Registration, Service, build_server
 from recserve_kit.tracing import TRACEPARENT
 
 SERVICE = "recserve.features.v1.FeatureService"
@@ -43,13 +43,18 @@ class Features(features_pb2_grpc.FeatureServiceServicer):
         return fpb.GetUserFeaturesResponse(user=fpb.UserFeatures(user_id=user_id, found=True))
 
 
-@pytest.fixture
-async def served():
+async def started(name: str) -> tuple[Features, Service, grpc.aio.Channel]:
+    """The test servicer on the kit's real server, started, and a channel to it."""
     features = Features()
     settings = ServiceSettings(port=0, shutdown_grace_s=2, shutdown_drain_s=0)
-    service = build_server("test", settings, [Registration(features, SERVICE)])
+    service = build_server(name, settings, [Registration(features, SERVICE)])
     await service.start()
-    channel = grpc.aio.insecure_channel(service.address)
+    return features, service, grpc.aio.insecure_channel(service.address)
+
+
+@pytest.fixture
+async def served():
+    features, service, channel = await started("test")
     stream = CallStream(channel)
     stub = over_stream(
         features_pb2_grpc.FeatureServiceStub(channel), stream, SERVICE, ["GetUserFeatures"]

@@ -12,20 +12,14 @@ from prometheus_client import REGISTRY
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
 from recserve_kit.call_stream import over_stream
-from recserve_kit.config import ServiceSettings
 from recserve_kit.local_calls import LocalCalls
-from recserve_kit.server import Registration, build_server
 from recserve_kit.tracing import TRACEPARENT
-from tests.unit.test_call_stream import SERVICE, TRACE, Features, ask
+from tests.unit.test_call_stream import SERVICE, TRACE, ask, started
 
 
 @pytest.fixture
 async def hosted():
-    features = Features()
-    settings = ServiceSettings(port=0, shutdown_grace_s=2, shutdown_drain_s=0)
-    service = build_server("local-test", settings, [Registration(features, SERVICE)])
-    await service.start()
-    channel = grpc.aio.insecure_channel(service.address)
+    features, service, channel = await started("local-test")
     assert service.frames is not None
     local = over_stream(
         features_pb2_grpc.FeatureServiceStub(channel),
