@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 TVENV := .venv-triton
 KVENV := .venv-k8s
+# Test files run in this many pytest-xdist workers (tests/conftest.py orders them).
+TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
 DATA ?= data
@@ -94,7 +96,7 @@ explorer: artifacts $(VENV)/.client  ## the recommendation explorer on 127.0.0.1
 	$(PY) clients/explorer/serve.py --data-dir $(DATA)
 
 test: artifacts redis-server java $(KVENV)/.installed clients  ## set everything up and run every test
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 screenshots: artifacts clients  ## refresh docs/img/explorer*.png from the explorer's browser test
 	RECSERVE_SCREENSHOTS=$(CURDIR)/docs/img $(PY) -m pytest -q tests/clients/test_explorer_browser.py

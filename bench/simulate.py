@@ -40,6 +40,17 @@ class Simulation:
     converted: int = 0
     events: int = 0
     by_version: dict[str, list[int]] = field(default_factory=dict)  # version -> [lists, converted]
+    # Calls that failed, by status name: a user shown nothing (Recommend), or
+    # clicks not taken (PushEvents). An app goes on; so do simulated users.
+    failed: dict[str, int] = field(default_factory=dict)
+
+    def fail(self, error: grpc.RpcError) -> None:
+        code = error.code().name if hasattr(error, "code") else "UNKNOWN"
+        self.failed[code] = self.failed.get(code, 0) + 1
+
+    @property
+    def failures(self) -> int:
+        return sum(self.failed.values())
 
     def add(self, version: str, converted: bool) -> None:
         self.lists += 1
@@ -47,6 +58,20 @@ class Simulation:
         counts = self.by_version.setdefault(version, [0, 0])
         counts[0] += 1
         counts[1] += converted
+
+
+def clicks(
+    reply: recommend_pb2.RecommendResponse,
+    future: set[str],
+    rng: random.Random,
+    p_hit: float,
+    p_noise: float,
+) -> list[str]:
+    """The shown items a user clicks: each of their future with ``p_hit``,
+    any other with ``p_noise``."""
+    return [
+        i.item_id for i in reply.items if rng.random() < (p_hit if i.item_id in future else p_noise)
+    ]
 
 
 def simulate(
@@ -77,14 +102,14 @@ def simulate(
             user = users[n % len(users)]
             n += 1
             request = recommend_pb2.RecommendRequest(user_id=user, k=10, surface=surface)
-            reply = recommend.Recommend(request, timeout=5)
+            try:
+                reply = recommend.Recommend(request, timeout=5)
+            except grpc.RpcError as error:
+                result.fail(error)
+                continue
             if reply.degraded:
                 continue  # no model version to credit
-            clicked = [
-                i.item_id
-                for i in reply.items
-                if rng.random() < (p_hit if i.item_id in futures[user] else p_noise)
-            ]
+            clicked = clicks(reply, futures[user], rng, p_hit, p_noise)
             if prefer and reply.model_version != prefer:
                 clicked = []  # drawn all the same: the other lists' clicks stay as they were
             result.add(reply.model_version, bool(clicked))
@@ -101,6 +126,10 @@ def simulate(
                 )
                 for item in clicked
             ]
-            events.PushEvents(epb.PushEventsRequest(events=batch), metadata=metadata, timeout=5)
+            try:
+                events.PushEvents(epb.PushEventsRequest(events=batch), metadata=metadata, timeout=5)
+            except grpc.RpcError as error:
+                result.fail(error)
+                continue
             result.events += len(batch)
     return result

@@ -5,6 +5,7 @@ generated shop's busiest shopper and a brand-and-price filter."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shutil
 import socket
@@ -28,14 +29,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def worker_port_range(low: int, high: int) -> tuple[int, int]:
+    """This pytest-xdist worker's share of [low, high): workers pick blocks
+    at the same moments, and a block is only checked free, not held, until
+    its stack binds it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or workers < 2:
+        return low, high
+    share = (high - low) // workers
+    start = low + int(worker[2:]) * share
+    return start, start + share
+
+
 def free_port_block(count: int) -> int:
     """A base port with base .. base + count - 1 all free now, taken below the
     kernel's ephemeral range: a port-0 bind or an outbound connection (Spark
     opens dozens) can then never take one of them between now and the bind."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    start, end = worker_port_range(10_000, low - count)
     rng = random.Random()
     for _ in range(500):
-        base = rng.randrange(10_000, low - count)
+        base = rng.randrange(start, end)
         sockets: list[socket.socket] = []
         try:
             for port in range(base, base + count):

@@ -237,12 +237,17 @@ def wait_ready(stack: RunningStack, timeout_s: float = 240) -> None:
 
 
 def stop_stack(stack: RunningStack, timeout_s: float = 60) -> int:
+    """Stops the stack and waits until every process of it has ended: under
+    a shell line, make exits at once while the runner still drains."""
+    processes = stack.descendants()
     if stack.process.poll() is None:
         if isinstance(stack.process.args, str):  # a shell line's session
             os.killpg(stack.process.pid, signal.SIGTERM)
         else:
             stack.process.send_signal(signal.SIGTERM)
-    return stack.process.wait(timeout_s)
+    code = stack.process.wait(timeout_s)
+    psutil.wait_procs(processes, timeout=timeout_s)
+    return code
 
 
 @contextmanager

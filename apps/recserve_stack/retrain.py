@@ -142,6 +142,15 @@ def pipelines_environment() -> dict[str, str]:
     return {"OMP_WAIT_POLICY": "PASSIVE", **os.environ}
 
 
+# The cycle's steps run niced: where they share the cores with the serving
+# stack, serving comes first, and a build only takes longer.
+PIPELINES_NICENESS = 10
+
+
+def lower_priority() -> None:
+    os.nice(PIPELINES_NICENESS)
+
+
 def pipelines(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pipelines", *args],
@@ -149,6 +158,7 @@ def pipelines(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         env=pipelines_environment(),
+        preexec_fn=lower_priority,
     )
 
 

@@ -30,10 +30,12 @@ from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_model import artifacts
 from recserve_model.encoding import EncodingSpec
+from tests.delivery.traffic import rarely_failed
 from tests.e2e.test_events import token
 from tests.helpers import data_dir_for_versions, poll_until
 from tests.stack import running_stack
 
+pytestmark = pytest.mark.long  # minutes: started first in parallel runs
 ROOT = Path(__file__).resolve().parents[2]
 # The latency limit is wide: what these cycles judge is what users do; a
 # stall of this shared 2-core machine put a CI run's p99 at 345 ms (median
@@ -52,12 +54,32 @@ def stack(built, tmp_path_factory):
         yield running
 
 
+CYCLES: list[subprocess.Popen[str]] = []
+
+
 def retrain(stack, *args: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "recserve_stack", "retrain", *args]
-    return subprocess.Popen(
+    cycle = subprocess.Popen(
         command, env=stack.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
+    CYCLES.append(cycle)
+    return cycle
+
+
+@pytest.fixture(autouse=True)
+def no_cycle_left(stack):
+    """A test that failed mid-cycle leaves neither its cycle nor its rollout
+    to the next test (which would be refused: one cycle at a time)."""
+    yield
+    left = [cycle for cycle in CYCLES if cycle.poll() is None]
+    CYCLES.clear()
+    for cycle in left:
+        cycle.kill()
+        cycle.wait(30)
+    if left:
+        command = [sys.executable, "-m", "recserve_stack", "rollout", "abort"]
+        subprocess.run(command, env=stack.env, cwd=ROOT, capture_output=True, timeout=60)
 
 
 def newcomer_rates(stack, user: str, items: list[str], earlier: tuple[str, ...] = ()) -> None:
@@ -104,6 +126,7 @@ def users_until_it_ends(
     )
     output, _ = cycle.communicate(timeout=300)
     assert cycle.returncode == 0, output
+    assert rarely_failed(shown), shown.failed
     return shown, json.loads((stack.data_dir / "retrain" / "last.json").read_text())
 
 

@@ -24,10 +24,11 @@ from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_delivery.rollout import user_position
-from tests.delivery.traffic import Load
+from tests.delivery.traffic import Load, rarely_failed
 from tests.helpers import data_dir_for_versions, full_answer, poll_until
 from tests.stack import running_stack
 
+pytestmark = pytest.mark.long  # minutes: started first in parallel runs
 ROOT = Path(__file__).resolve().parents[2]
 # For rollouts that should promote: a stall of a shared 2-core machine can put
 # p99 past the default 150 ms (a CI run: 345 ms, median 3 ms). The slow
@@ -309,6 +310,7 @@ def guarded_rollout(stack, admin, built, version, alpha):
         admin("AbortRollout")  # the module's next tests start their own
         raise AssertionError(f"{undecided}; simulated {result.by_version}") from None
     print(f"{version}: {done.status}, {done.reason}; simulated {result.by_version}")  # (-s)
+    assert rarely_failed(result), result.failed
     return done, result
 
 
@@ -373,6 +375,7 @@ def test_an_ab_experiment_runs_its_time_and_the_report_compares_the_arms(
         return result.lists % 20 == 0 and admin("GetRollout").status != "running"
 
     result = simulate(stack.envoy_address, token, futures, ended, seed=7, max_s=120)
+    assert rarely_failed(result), result.failed
     done = wait_status(admin, {"concluded"}, 30)
     assert done.share_percent == 0 and done.ended_at_unix_s >= done.experiment_until_unix_s
     assert [d.action for d in done.history[-2:]] == ["start", "conclude"]
@@ -424,6 +427,7 @@ def test_an_experiment_of_three_arms_compares_each_with_the_stable(stack, admin,
         return result.lists % 20 == 0 and admin("GetRollout").status != "running"
 
     result = simulate(stack.envoy_address, token, futures, ended, seed=3, max_s=180)
+    assert rarely_failed(result), result.failed
     done = wait_status(admin, {"concluded"}, 30)
     assert {worse, same, done.stable_version} <= set(result.by_version)
     out = tmp_path / "report.json"

@@ -9,8 +9,17 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from bench.simulate import Simulation
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
+
+
+def rarely_failed(simulation: Simulation) -> bool:
+    """At most 1% of simulated users' calls failed (3 at least allowed): a
+    host two test workers share can stall past Envoy's 1 s for a moment;
+    the rollout is judged on what users saw, which a lost call does not
+    change."""
+    return simulation.failures <= max(3, simulation.lists // 100)
 
 
 @dataclass

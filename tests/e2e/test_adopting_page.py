@@ -26,7 +26,7 @@ from recserve_data import load
 from tests.helpers import a_shopper, poll_until
 from tests.stack import RunningStack, start_stack, stop_stack, wait_ready
 
-pytestmark = pytest.mark.local_stack_only
+pytestmark = [pytest.mark.local_stack_only, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "adopting.md"

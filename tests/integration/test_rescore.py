@@ -47,6 +47,7 @@ from services.features.server import create_server as features_server
 from services.gateway.popular import PopularItems
 from tests.helpers import data_dir_with_artifacts, poll_until, user_message
 
+pytestmark = pytest.mark.long  # minutes: started first in parallel runs
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -14,8 +14,10 @@ from pipelines.current import candidate_line
 from recserve.ranker.v1 import ranker_pb2 as pb
 from recserve_model import artifacts
 from recserve_stack.retrain import (
+    PIPELINES_NICENESS,
     RetrainRefused,
     candidate_version,
+    lower_priority,
     nothing_new,
     one_at_a_time,
     since_last_start,
@@ -125,3 +127,10 @@ def test_a_cycles_report_holds_its_own_rollouts_decisions():
     ]
     assert [d.action for d in since_last_start(history)] == ["start", "step"]
     assert [d.action for d in since_last_start(history[3:])] == ["step"]  # its start scrolled out
+
+
+def test_the_cycles_pipeline_steps_run_below_the_serving_stacks_priority():
+    show = [sys.executable, "-c", "import os; print(os.nice(0))"]
+    ours = os.nice(0)
+    done = subprocess.run(show, capture_output=True, text=True, preexec_fn=lower_priority)
+    assert int(done.stdout) == min(ours + PIPELINES_NICENESS, 19)

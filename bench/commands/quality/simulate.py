@@ -43,6 +43,8 @@ def simulate(
     for version, (shown, converted) in sorted(result.by_version.items()):
         table.add_row(version, str(shown), str(converted), f"{converted / shown:.2%}")
     console.print(table)
+    if result.failures:
+        console.print(f"failed calls: {result.failed}")
     write(
         out,
         {
@@ -54,5 +56,6 @@ def simulate(
             "converted": result.converted,
             "events": result.events,
             "by_version": result.by_version,
+            "failed": result.failed,
         },
     )

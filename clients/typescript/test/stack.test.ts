@@ -50,10 +50,20 @@ test("debug answers explain each item", { skip }, async () => {
   const answer = await fullAnswer("42");
   const pinned = await fullAnswer("42", { modelVersion: answer.modelVersion });
   assert.equal(pinned.modelVersion, answer.modelVersion);
-  await assert.rejects(
-    client.recommend("42", { modelVersion: "no-such-version" }),
-    NotFoundError,
-  );
+  // Refused by the backend that looks the version up; an answer degraded
+  // before it got there (shed, or a stage out of time on a busy host) is
+  // asked again, as fullAnswer does.
+  let refused: unknown;
+  for (let n = 0; n < 50 && refused === undefined; n++) {
+    try {
+      const answer = await client.recommend("42", { modelVersion: "no-such-version" });
+      assert.ok(answer.degraded, "an unknown model version served a full answer");
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    } catch (error) {
+      refused = error;
+    }
+  }
+  assert.ok(refused instanceof NotFoundError, `not NotFoundError: ${refused}`);
   for (const item of answer.items) {
     assert.ok(item.explanation, `no explanation for ${item.itemId}`);
     assert.equal(item.explanation.stage, "rank");
