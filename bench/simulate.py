@@ -74,6 +74,19 @@ def clicks(
     ]
 
 
+def click_events(
+    prefix: str, user: str, clicked: list[str], recommendation_id: str
+) -> list[epb.AppEvent]:
+    """Five-star ratings of the clicked items, each naming the list it was on."""
+    return [
+        epb.AppEvent(
+            event_id=f"{prefix}-{item}", user_id=user, item_id=item, event_type="rating",
+            value=5.0, recommendation_id=recommendation_id,
+        )
+        for item in clicked
+    ]  # fmt: skip
+
+
 def simulate(
     address: str,
     app_token: str,
@@ -85,10 +98,13 @@ def simulate(
     max_s: float = 300.0,
     surface: str = "simulated",
     prefer: str = "",
+    rate: float = 0.0,
 ) -> Simulation:
     """Users in turn (those with a future), a list each, events for what they
     click, until ``until(result)`` or ``max_s``; with ``prefer``, no clicks
-    on another version's lists."""
+    on another version's lists. ``rate``: lists a second at most (0: each
+    user as soon as the last one's answer came), so that a host that also
+    builds or tests keeps cores for it."""
     rng = random.Random(seed)
     users = sorted(futures, key=lambda u: (len(u), u))
     result = Simulation()
@@ -98,7 +114,10 @@ def simulate(
         recommend = recommend_pb2_grpc.RecommendServiceStub(channel)
         events = events_pb2_grpc.EventServiceStub(channel)
         n = 0
+        started = time.monotonic()
         while not until(result) and time.monotonic() < deadline:
+            if rate > 0:
+                time.sleep(max(0.0, started + n / rate - time.monotonic()))
             user = users[n % len(users)]
             n += 1
             request = recommend_pb2.RecommendRequest(user_id=user, k=10, surface=surface)
@@ -115,17 +134,7 @@ def simulate(
             result.add(reply.model_version, bool(clicked))
             if not clicked:
                 continue
-            batch = [
-                epb.AppEvent(
-                    event_id=f"sim-{seed}-{n}-{item}",
-                    user_id=user,
-                    item_id=item,
-                    event_type="rating",
-                    value=5.0,
-                    recommendation_id=reply.recommendation_id,
-                )
-                for item in clicked
-            ]
+            batch = click_events(f"sim-{seed}-{n}", user, clicked, reply.recommendation_id)
             try:
                 events.PushEvents(epb.PushEventsRequest(events=batch), metadata=metadata, timeout=5)
             except grpc.RpcError as error:

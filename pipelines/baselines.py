@@ -119,9 +119,10 @@ def fit_affinity(
     train: pd.DataFrame, encoder: Encoder, rank: int = AFFINITY_RANK
 ) -> tuple[np.ndarray, np.ndarray]:
     """The affinity factors from every user's interactions in ``train``: of
-    EASE's weights up to DENSE_ITEMS items, of its low-rank form above."""
+    EASE's weights where affordable (``sparse_baselines.dense_ok``), else of
+    its low-rank form."""
     users = sorted(train["user_id"].unique())
-    if not sparse_baselines.dense_ok(encoder.spec.num_rows):
+    if not sparse_baselines.dense_ok(len(users), encoder.spec.num_rows):
         matrix = sparse_baselines.interactions(train, encoder, users)
         return sparse_baselines.low_rank_ease(matrix, rank, EASE_LAMBDA)
     return affinity_factors(ease(interactions(train, encoder, users)), rank)

@@ -26,7 +26,7 @@ import pandas as pd
 
 from pipelines import movielens
 from pipelines.learned import LEARNED_ROLES, learned_interactions
-from pipelines.sparse_baselines import DENSE_ITEMS, SCORED_USERS
+from pipelines.sparse_baselines import SCORED_USERS, dense_cost, dense_ok
 from recserve_data import Column, ColumnType, Dataset, InvalidDataset, Needs, Report, inspect
 from recserve_feast.activity import RECENT_ITEMS, SEEN_ITEMS
 from recserve_model import attribute_features
@@ -45,10 +45,12 @@ RANKER_SCORING_BYTES = SCORED_ROWS * 4_096  # their activations, about
 
 
 def working_set(users: int, items: int, interactions: int) -> int:
-    """Bytes the build holds at its peak, about. Up to DENSE_ITEMS items: the
-    users x items training matrix (float32), the dense items x items
-    matrices of EASE, item-kNN and the affinity's SVD (float64, about five at
-    once). Above: sparse matrices and chunks instead (sparse_baselines.py):
+    """Bytes the build holds at its peak, about. Where the dense item-item
+    models are affordable (``sparse_baselines.dense_ok``): the users x items
+    training matrix (float32), the dense items x items matrices of EASE,
+    item-kNN and the affinity's SVD (float64, about five at once,
+    ``sparse_baselines.dense_cost``). Else: sparse matrices and chunks
+    instead (sparse_baselines.py):
     the candidates' and the baselines' score blocks (200 MB and 256 users x
     items x 3 float32), a few items x 64 tables. Both: some 200 bytes per
     interaction for the split's and the features' copies of the frames, and
@@ -56,8 +58,8 @@ def working_set(users: int, items: int, interactions: int) -> int:
     ranker's examples (``RANKER_BYTES_PER_USER``) with the rows it scores at
     once (``SCORED_ROWS`` of a few KB of activations each)."""
     ranker = users * RANKER_BYTES_PER_USER + RANKER_SCORING_BYTES
-    if items <= DENSE_ITEMS:
-        return users * items * 4 + items * items * 8 * 5 + interactions * 200 + ranker
+    if dense_ok(users, items):
+        return dense_cost(users, items)[0] + interactions * 200 + ranker
     blocks = 200_000_000 + SCORED_USERS * items * 4 * 3
     return blocks + items * 64 * 4 * 8 + interactions * 200 + users * 4_096 + ranker
 

@@ -96,8 +96,8 @@ def sampled(users: list[str]) -> list[str]:
 
 class BaselineScores:
     """The item-item baselines' scores for each evaluated user: dense item-kNN
-    and EASE up to DENSE_ITEMS items (fit on the evaluated users' rows), the
-    sparse item-kNN and low-rank EASE above (fit on every training user's,
+    and EASE where affordable (``sparse_baselines.dense_ok``; fit on the
+    evaluated users' rows), else sparse item-kNN and low-rank EASE (fit on every training user's,
     scored a batch of users at a time): never items x items."""
 
     def __init__(
@@ -107,7 +107,7 @@ class BaselineScores:
         users: list[str],
         ease_lambda: float = baselines.EASE_LAMBDA,
     ) -> None:
-        self.dense = sparse_baselines.dense_ok(encoder.spec.num_rows)
+        self.dense = sparse_baselines.dense_ok(len(users), encoder.spec.num_rows)
         self.batch: tuple[int, dict[str, np.ndarray]] = (-1, {})
         if self.dense:
             self.history = baselines.interactions(train, encoder, users)

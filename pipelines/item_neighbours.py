@@ -136,7 +136,8 @@ def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None =
     mixtures."""
     history_frame, truth_frame = selection_window(split)
     window = window_users(split, encoder, history_frame, truth_frame)
-    if not sparse_baselines.dense_ok(encoder.spec.num_rows):
+    users = history_frame["user_id"].nunique()
+    if not sparse_baselines.dense_ok(users, encoder.spec.num_rows):
         sources = fit_sources(history_frame, encoder, "item_knn")
         tau, by_tau = choose_recency(sources, history_frame, encoder, window)
         tower = fit_sources(split.tower_train, encoder, "item_knn", tau)
@@ -317,13 +318,14 @@ def fit_sources(
 ) -> Sources:
     """The sources from every interaction in ``train`` with the chosen model."""
     users = sorted(train["user_id"].unique())
-    if sparse_baselines.dense_ok(encoder.spec.num_rows):
+    if sparse_baselines.dense_ok(len(users), encoder.spec.num_rows):
         weights = item_item(baselines.interactions(train, encoder, users), model, membership)
         return replace(from_weights(weights, train, encoder, model), recency_tau=recency_tau)
     matrix = sparse_baselines.interactions(train, encoder, users)
     columns, values = sparse_knn_neighbours(matrix, kept_neighbours(matrix.shape[1]))
     item_ids = np.asarray(["", *encoder.spec.item_ids])
-    return Sources(columns, values, popular_rows(train, encoder), item_ids, model, recency_tau)
+    # Item-kNN whatever was chosen: the dense models are past the budget here.
+    return Sources(columns, values, popular_rows(train, encoder), item_ids, "item_knn", recency_tau)
 
 
 REPEAT_TAU = 30.0  # the repeat score's recency: the 30th most recent own item weighs 1/e

@@ -1,6 +1,5 @@
-"""The affinity and the gate's baselines for catalogues too large for dense
-items x items matrices (more than DENSE_ITEMS items): nothing here is
-quadratic in items.
+"""The affinity and the gate's baselines where dense items x items
+matrices cost too much (``dense_ok``): nothing here is quadratic in items.
 
 - Low-rank EASE: EASE's weights are ``I - P / diag(P)`` with ``P = (X'X +
   lambda I)^-1``; the ranker uses them through a rank-32 factorisation
@@ -22,14 +21,40 @@ from scipy.sparse.linalg import svds
 
 from recserve_model.encoding import Encoder
 
-DENSE_ITEMS = 20_000  # up to this many item rows, the dense EASE and item-kNN
+DENSE_ITEMS = 20_000  # above this many item rows: sparse id tables' gradients, partial sorts
+# One dense EASE fit's budget (the build makes about six: the window's
+# models, the refits, the gate's): its matrices' bytes, and its
+# multiply-adds (2e12: about two minutes on 2 cores).
+DENSE_BYTES = 16 << 30
+DENSE_MULTIPLY_ADDS = 2e12
 SVD_SEED = 7
 SCORED_USERS = 256  # users whose sparse baseline scores are computed at once
 BASELINE_RANK = 64  # the low-rank EASE baseline's (the ranker's affinity uses 32)
 
 
-def dense_ok(num_rows: int) -> bool:
-    return num_rows <= DENSE_ITEMS
+def dense_cost(users: int, items: int) -> tuple[int, int]:
+    """(bytes, multiply-adds) of one dense EASE fit (pipelines/baselines.py):
+    the users x items matrix (float32) and about five items x items ones
+    (float64) at once; the items x items product of X (users x items^2),
+    and the inverse or, with fewer users than items, Woodbury's users x
+    users solve (the smaller side cubed)."""
+    smaller = min(users, items)
+    return users * items * 4 + items * items * 8 * 5, users * items * items + smaller**3
+
+
+def dense_ok(users: int, items: int) -> bool:
+    """Whether the dense EASE and item-kNN fit the budget for ``users`` x
+    ``items`` rows: chosen by their cost, not by the catalogue alone (600
+    shoppers and 20,000 products: about 15 GiB and 2.4e11, dense; 100,000
+    shoppers and 10,000 products: 7.5 GiB and 1.1e13, sparse)."""
+    memory, work = dense_cost(users, items)
+    return memory <= DENSE_BYTES and work <= DENSE_MULTIPLY_ADDS
+
+
+def sparse_tables(num_rows: int) -> bool:
+    """Whether the towers' and the ranker's id tables take sparse gradients
+    (SparseAdam): dense Adam updates every row every step."""
+    return num_rows > DENSE_ITEMS
 
 
 def interactions(train: pd.DataFrame, encoder: Encoder, users: list[str]) -> sparse.csr_matrix:

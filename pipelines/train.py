@@ -33,6 +33,8 @@ from recserve_model.sources import (
     Sources,
 )
 
+PATIENCE = 2  # ranker epochs without a higher held-out mean before training stops
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -68,7 +70,7 @@ def train_two_tower(
 ) -> TwoTower:
     torch.manual_seed(config.seed)
     spec = inputs.encoder.spec
-    sparse = not sparse_baselines.dense_ok(spec.num_rows)
+    sparse = sparse_baselines.sparse_tables(spec.num_rows)
     model = TwoTower(spec.num_rows, spec.user_dim, spec.item_dim, config.dim, sparse)
     history, rows, user_ids = histories_before_each(split.tower_train, inputs.encoder)
     user_feats = np.stack([inputs.user_features[u] for u in user_ids])
@@ -153,7 +155,7 @@ def optimizers(
 def initial_ranker(split: Split, inputs: Inputs, tower: TwoTower, config: TrainConfig) -> Ranker:
     """The ranker before training: the tower's own softmax plus the affinity."""
     spec = inputs.encoder.spec
-    sparse = not sparse_baselines.dense_ok(spec.num_rows)
+    sparse = sparse_baselines.sparse_tables(spec.num_rows)
     model = Ranker(spec.num_rows, spec.user_dim, spec.item_dim, config.dim, sparse=sparse)
     # Affinity as of the end of the tower period, like every other input here.
     set_affinity(model, split.tower_train, inputs.encoder)
@@ -240,6 +242,22 @@ def ranker_logits(
     return in_chunks(chunk_logits, max(1, SCORED_ROWS // n))
 
 
+def listwise_step(
+    logits: Callable[[torch.Tensor], torch.Tensor],
+    labels: torch.Tensor,
+    users: torch.Tensor,
+    optimizer: Optimizers,
+) -> None:
+    """One step on ``users``: softmax over each user's candidates, averaged
+    over that user's positives."""
+    log_p = F.log_softmax(logits(users), dim=1)
+    pos = labels[users]
+    loss = -((log_p * pos).sum(1) / pos.sum(1).clamp(min=1)).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
 def keep_best_epoch(
     model: Ranker,
     logits: Callable[[torch.Tensor], torch.Tensor],
@@ -250,12 +268,15 @@ def keep_best_epoch(
     config: TrainConfig,
     progress: Progress,
 ) -> tuple[int, list[float]]:
-    """Trains on ``fit`` for the configured epochs and leaves the model at
-    the epoch (0: the start) that ranked ``held`` best, an epoch replacing
-    the one kept only where it wins by SIGNIFICANCE standard errors of their
-    paired per-user difference (a noise win over the start blend lost on the
-    test split: a retrain on logged events kept epoch 3 by +0.0006 and fell
-    below EASE); returns that epoch and the held-out NDCG@10 of each."""
+    """Trains on ``fit`` for at most the configured epochs and leaves the
+    model at the epoch (0: the start) that ranked ``held`` best, an epoch
+    replacing the one kept only where it wins by SIGNIFICANCE standard
+    errors of their paired per-user difference (a noise win over the start
+    blend lost on the test split: a retrain on logged events kept epoch 3 by
+    +0.0006 and fell below EASE); returns that epoch and the held-out NDCG@10
+    of each. Training stops once PATIENCE epochs in a row have not raised
+    the best held-out mean: where every epoch lowers it (ML-100K, the
+    generated shops), the later ones were computed only to be dropped."""
     optimizer, generator = optimizer_and_generator
     n = labels.shape[1]
 
@@ -272,23 +293,21 @@ def keep_best_epoch(
     model.train()
     best = (held_ndcg(), 0, copy.deepcopy(model.state_dict()))
     by_epoch = [round(float(best[0].mean()), 4)]
+    best_mean = (float(best[0].mean()), 0)  # the highest mean yet, and its epoch
     for epoch in range(1, config.ranker_epochs + 1):
+        if epoch - best_mean[1] > PATIENCE:
+            break
         shuffled = fit[torch.randperm(len(fit), generator=generator)]
         for start in range(0, len(fit), users_per_step):
-            u = shuffled[start : start + users_per_step]
-            # Listwise: softmax over each user's candidates, averaged over
-            # that user's positives.
-            log_p = F.log_softmax(logits(u), dim=1)
-            pos = labels[u]
-            loss = -((log_p * pos).sum(1) / pos.sum(1).clamp(min=1)).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            listwise_step(logits, labels, shuffled[start : start + users_per_step], optimizer)
             progress.advance(task)
         score = held_ndcg()
         by_epoch.append(round(float(score.mean()), 4))
+        if float(score.mean()) > best_mean[0]:
+            best_mean = (float(score.mean()), epoch)
         if significantly_better(score, best[0]):
             best = (score, epoch, copy.deepcopy(model.state_dict()))
+    progress.update(task, total=(len(by_epoch) - 1) * steps)  # the epochs run, when it stopped
     model.load_state_dict(best[2])
     model.eval()
     return best[1], by_epoch

@@ -231,8 +231,8 @@ def ease_lists(
     inactive: set[str],
 ) -> dict[str, list[str]]:
     """EASE's top ``n`` for each holdout user from their seen items, the
-    strongest classic baseline (pipelines/baselines.py). Above DENSE_ITEMS
-    items, low-rank EASE in its place, as the build's gate
+    strongest classic baseline (pipelines/baselines.py). Past the dense
+    forms' budget (``sparse_baselines.dense_ok``), low-rank EASE in its place, as the build's gate
     (pipelines/sparse_baselines.py): nothing items x items."""
     from pipelines import sparse_baselines
     from pipelines.baselines import EASE_LAMBDA, ease
@@ -248,7 +248,7 @@ def ease_lists(
         (np.ones(len(rows), np.float32), (rows, columns)), shape=(len(by_user), len(items))
     )
     matrix.data[:] = 1.0  # a repeated (user, item) pair is one interaction
-    if sparse_baselines.dense_ok(len(items)):
+    if sparse_baselines.dense_ok(len(by_user), len(items)):
         history_side, item_side = ease(matrix.toarray()), None
     else:
         history_side, item_side = sparse_baselines.low_rank_ease(

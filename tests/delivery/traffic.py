@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -25,10 +26,13 @@ def rarely_failed(simulation: Simulation) -> bool:
 @dataclass
 class Load:
     """Recommend through Envoy in a loop over users 1-943, recording what
-    each answer says, until stopped."""
+    each answer says, until stopped; ``rate`` lists a second at most, over
+    all threads: enough for every rollout's judge, and it leaves the other
+    test worker a core (unpaced, two threads kept both busy)."""
 
     address: str
     threads: int = 2
+    rate: float = 40.0
     answers: list[tuple[str, str, bool]] = field(default_factory=list)  # user, version, degraded
     gateways: list[str] = field(default_factory=list)  # x-recserve-gateway of each answer
     errors: list[str] = field(default_factory=list)
@@ -52,7 +56,9 @@ class Load:
         with grpc.insecure_channel(self.address) as channel:
             stub = recommend_pb2_grpc.RecommendServiceStub(channel)
             n = offset
+            started = time.monotonic()
             while not self.stop.is_set():
+                time.sleep(max(0.0, started + n / self.rate - time.monotonic()))
                 user = str(n % 943 + 1)
                 n += self.threads
                 try:

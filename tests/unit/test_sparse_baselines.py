@@ -59,7 +59,7 @@ def test_top_matches_a_stable_argsort_on_a_large_catalogue_with_ties():
 
 
 def test_the_evaluation_scores_large_catalogues_with_the_sparse_forms(matrix, monkeypatch):
-    """Above DENSE_ITEMS item rows: sparse item-kNN (the same scores as the
+    """Past the dense forms' budget: sparse item-kNN (the same scores as the
     dense, when every user is evaluated) and low-rank EASE in its place."""
     users = [f"u{n}" for n in range(400)]
     items = [f"i{n}" for n in range(1, 150)]
@@ -70,7 +70,7 @@ def test_the_evaluation_scores_large_catalogues_with_the_sparse_forms(matrix, mo
     encoder = Encoder(EncodingSpec(items, [], [], 8))
     assert encoder.spec.num_rows == 150
     dense = evaluate.BaselineScores(train, encoder, users)
-    monkeypatch.setattr(sparse_baselines, "DENSE_ITEMS", 100)
+    monkeypatch.setattr(sparse_baselines, "DENSE_BYTES", 0)
     large = evaluate.BaselineScores(train, encoder, users)
     for i in (0, 5, 255, 256, 399):
         small, big = dense.of(i), large.of(i)
@@ -86,6 +86,25 @@ def test_the_evaluated_users_are_sampled_above_the_limit():
     drawn = evaluate.sampled(many)
     assert len(drawn) == evaluate.EVAL_USERS and drawn == sorted(drawn)
     assert drawn == evaluate.sampled(many)  # seeded
+
+
+def test_the_dense_forms_are_chosen_by_their_cost_not_by_the_catalogue_alone():
+    """Users count as well as items: a young shop's 15,000 products are
+    dense, a 2,000-film catalogue with a marketplace's users too, while
+    10,000 products with 100,000 shoppers (a 4 GB users x items matrix
+    and 1e13 multiply-adds per fit) take the sparse forms, as does a
+    catalogue whose items x items matrices alone pass the memory budget."""
+    assert sparse_baselines.dense_ok(943, 1_683) and sparse_baselines.dense_ok(6_040, 3_707)
+    assert sparse_baselines.dense_ok(600, 15_000) and sparse_baselines.dense_ok(200_000, 2_000)
+    assert not sparse_baselines.dense_ok(100_000, 10_000)
+    assert not sparse_baselines.dense_ok(300, 50_000)
+    memory, work = sparse_baselines.dense_cost(600, 15_000)
+    assert memory == 600 * 15_000 * 4 + 15_000**2 * 40 and work == 600 * 15_000**2 + 600**3
+    # The build's memory estimate follows the same choice.
+    assert sparse_baselines.dense_ok(100_000, 4_000)
+    dense = dataset.working_set(100_000, 4_000, 5_000_000)
+    assert dense > sparse_baselines.dense_cost(100_000, 4_000)[0]
+    assert dataset.working_set(100_000, 10_000, 5_000_000) < dense
 
 
 def test_the_working_set_grows_linearly_above_the_dense_limit():
@@ -128,8 +147,8 @@ def test_large_catalogues_train_with_sparse_id_tables():
 def test_the_nightly_gates_ease_lists_take_the_low_rank_form_on_large_catalogues(
     matrix, monkeypatch
 ):
-    """The nightly job's EASE reference: dense EASE up to DENSE_ITEMS items,
-    low-rank EASE above (nothing items x items); either way each list leaves
+    """The nightly job's EASE reference: dense EASE within the dense forms'
+    budget, low-rank EASE past it (nothing items x items); either way each list leaves
     out what the user has seen and inactive items."""
     from pipelines.rescore import gates
 
@@ -143,7 +162,7 @@ def test_the_nightly_gates_ease_lists_take_the_low_rank_form_on_large_catalogues
     holdout = {u: set() for u in users[:50]}
     inactive = {"i1", "i2"}
     dense = gates.ease_lists(interactions, frame, holdout, 10, inactive)
-    monkeypatch.setattr(sparse_baselines, "DENSE_ITEMS", 100)
+    monkeypatch.setattr(sparse_baselines, "DENSE_BYTES", 0)
     low = gates.ease_lists(interactions, frame, holdout, 10, inactive)
     for user in holdout:
         for lists in (dense, low):

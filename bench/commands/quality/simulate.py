@@ -23,6 +23,9 @@ def simulate(
     prefer: Annotated[
         str, typer.Option(help="A model version: users click only on its lists.")
     ] = "",
+    rate: Annotated[
+        float, typer.Option(min=0, help="Lists a second at most (0: one after another).")
+    ] = 0.0,
     out: Path | None = None,
 ) -> None:
     """Simulated users through Envoy: lists shown, clicks sent back through the
@@ -35,7 +38,7 @@ def simulate(
     futures = held_out_futures(data_dir / "raw")
     result = run(
         target, token, futures, lambda r: r.lists >= lists, p_hit, p_noise, seed, max_s=3600,
-        prefer=prefer,
+        prefer=prefer, rate=rate,
     )  # fmt: skip
     table = Table(title=f"simulated users: {result.lists} lists, p_hit {p_hit}, p_noise {p_noise}")
     for column in ("model version", "lists", "converted", "conversion"):
@@ -52,6 +55,7 @@ def simulate(
             "p_hit": p_hit,
             "p_noise": p_noise,
             "prefer": prefer,
+            "rate": rate,
             "lists": result.lists,
             "converted": result.converted,
             "events": result.events,
