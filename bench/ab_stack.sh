@@ -3,7 +3,7 @@
 # (order swapped every other round so neither side always runs first).
 #   bench/ab_stack.sh RECSERVE_STACK_UNIX_SOCKETS true false 8 cpu
 #   bench/ab_stack.sh RECSERVE_STACK_ENVOY_WORKERS 1 2 3 load200
-#   bench/ab_stack.sh RECSERVE_RANKER_COALESCE_IN_FLIGHT 0 1 2 cpu260   # cpu at 260/s
+#   bench/ab_stack.sh RECSERVE_GATEWAY_USER_VECTOR_CACHE_SIZE 0 10000 2 cpu260   # cpu at 260/s
 #   bench/ab_stack.sh RECSERVE_STACK_ONE_PROCESS false true 1 serving   # idle, bursts, rates, chaos
 # Writes build/bench/<what>-<variable>-<value>-<round>.json. Each stack idles
 # RECSERVE_AB_SETTLE_S (default 45) after it is ready: the first half minute

@@ -29,17 +29,6 @@ class RankerSettings(ServiceSettings):
     max_candidates: int = Field(
         1000, ge=1, le=10000, description="Most candidates one Score call may carry."
     )
-    coalesce_in_flight: int = Field(
-        0,
-        ge=0,
-        le=64,
-        description="The adaptive window (services/ranker/coalescer.py): at most this many "
-        "ranking calls per model version in flight, a Score that finds them all running "
-        "goes merged with the others that came meanwhile; 0: off, every Score its own call.",
-    )
-    coalesce_max_rows: int = Field(
-        4096, ge=1, description="Most candidate rows in one merged call (Triton's max batch)."
-    )
     triton_timeout_s: float = Field(
         0.5, gt=0, description="Cap on one Triton call; the caller's deadline can shorten it."
     )

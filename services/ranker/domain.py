@@ -25,7 +25,6 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, Unavailable
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import vectors_or_zeros
 from recserve_model.encoding import Encoder
-from services.ranker.coalescer import Coalescer, Track
 from services.ranker.config import RankerSettings
 from services.ranker.item_table import ItemTable
 from services.ranker.loaded import Loaded
@@ -107,11 +106,6 @@ class Ranker:
         self.models = ModelVersions(settings, self.triton)
         self.items = ItemTable()
         self.shadow = Shadow(settings.shadow_max_in_flight, lambda: self.triton.abandoned > 0)
-        self.coalescer = (
-            Coalescer(settings.coalesce_in_flight, settings.coalesce_max_rows)
-            if settings.coalesce_in_flight
-            else None
-        )
 
     @property
     def abandoned(self) -> int:
@@ -370,19 +364,12 @@ class Ranker:
         return Scored(scores[:, 0], loaded.version, int((rows == 0).sum()), affinity)
 
     async def _rank(self, loaded: Loaded, inputs: list[Tensor], timeout_s: float) -> np.ndarray:
-        """One ranking inference, merged with others of its version while the
-        model is busy when the adaptive window is on (``coalescer``)."""
+        """One ranking inference: Triton's dynamic batcher merges what arrives
+        together (an adaptive window in the ranker lost to it side by side:
+        docs/benchmarks.md)."""
         model, number = self.settings.ranking_model, loaded.ranking_model_version
         track = self.models.tracker(loaded.version, timed=True)
-        if self.coalescer is None:
-            return await self.triton.infer(model, number, inputs, "score", timeout_s, track)
-
-        def send(
-            merged: list[Tensor], timeout: float, tracks: Track | None
-        ) -> Awaitable[np.ndarray]:
-            return self.triton.infer(model, number, merged, "score", timeout, tracks)
-
-        return await self.coalescer.infer((model, number), send, inputs, timeout_s, track)
+        return await self.triton.infer(model, number, inputs, "score", timeout_s, track)
 
     async def close(self) -> None:
         await self.shadow.close()
