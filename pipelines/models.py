@@ -42,16 +42,21 @@ def mlp(sizes: list[int]) -> nn.Sequential:
 
 
 class UserTower(nn.Module):
+    """User features and the recent items (most recent first), pooled with
+    a learned weight per position: it starts as the plain mean and learns
+    how much the latest items outweigh older ones."""
+
     def __init__(self, num_rows: int, user_dim: int, dim: int, sparse: bool = False) -> None:
         super().__init__()
         self.history_embedding = nn.Embedding(num_rows, dim, padding_idx=0, sparse=sparse)
+        self.position_logits = nn.Parameter(torch.zeros(HISTORY_LEN))
         self.net = mlp([user_dim + dim, 128, dim])
 
     def forward(self, user_features: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
-        mask = (history > 0).unsqueeze(-1).float()
-        summed = (self.history_embedding(history) * mask).sum(dim=1)
-        mean = summed / mask.sum(dim=1).clamp(min=1.0)
-        return F.normalize(self.net(torch.cat([user_features, mean], dim=-1)), dim=-1)
+        weight = (history > 0).float() * torch.softmax(self.position_logits, 0)
+        summed = (self.history_embedding(history) * weight.unsqueeze(-1)).sum(dim=1)
+        pooled = summed / weight.sum(dim=1, keepdim=True).clamp(min=1e-12)
+        return F.normalize(self.net(torch.cat([user_features, pooled], dim=-1)), dim=-1)
 
 
 class ItemTower(nn.Module):
