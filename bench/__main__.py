@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "cpu": "bench.commands.serving.cpu:cpu",
     "events": "bench.commands.serving.events:events",
     "shadow": "bench.commands.components.shadow:shadow",
+    "graphs": "bench.commands.components.graphs:graphs",
     "hop": "bench.commands.serving.hop:hop",
     "sweep": "bench.commands.serving.sweep:sweep",
     "burst": "bench.commands.serving.burst:burst",
