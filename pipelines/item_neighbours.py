@@ -113,7 +113,10 @@ def truncate(weights: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
 
 def sparse_knn_neighbours(matrix: sparse.csr_matrix, m: int) -> tuple[np.ndarray, np.ndarray]:
     """Cosine item-kNN's top ``m`` per item through sparse products: a block
-    of items' co-occurrence rows at a time, never items x items at once."""
+    of items' co-occurrence rows at a time, each row's best taken from its
+    co-occurring items alone (never items x items, dense or in blocks: the
+    work follows the co-occurrences); best first, ties by column, as
+    ``top_neighbours``."""
     counts = np.asarray(matrix.sum(axis=0)).ravel()
     inverse = (1.0 / np.sqrt(np.maximum(counts, 1.0))).astype(np.float32)
     scaled = matrix.multiply(inverse[None, :]).tocsc()
@@ -122,11 +125,16 @@ def sparse_knn_neighbours(matrix: sparse.csr_matrix, m: int) -> tuple[np.ndarray
     columns = np.zeros((n, min(m, n - 1)), dtype=np.int32)
     values = np.zeros(columns.shape, dtype=np.float32)
     for start in range(0, n, ROW_BLOCK):
-        stop = min(n, start + ROW_BLOCK)
-        block = (transposed[start:stop] @ scaled).toarray()
-        block[np.arange(stop - start), np.arange(start, stop)] = -np.inf
-        block[:, 0] = -np.inf
-        columns[start:stop], values[start:stop] = top_neighbours(block, columns.shape[1])
+        block = (transposed[start : min(n, start + ROW_BLOCK)] @ scaled).tocsr()
+        for i in range(block.shape[0]):
+            row = slice(block.indptr[i], block.indptr[i + 1])
+            cols, vals = block.indices[row], block.data[row]
+            # Not the item itself, not the out-of-vocabulary row, positives only.
+            keep = (cols != start + i) & (cols != 0) & (vals > 0)
+            cols, vals = cols[keep], vals[keep]
+            best = np.lexsort((cols, -vals))[: columns.shape[1]]
+            columns[start + i, : len(best)] = cols[best]
+            values[start + i, : len(best)] = vals[best]
     return columns, values
 
 

@@ -30,6 +30,35 @@ def test_sparse_item_knn_scores_equal_the_dense_ones(matrix):
     np.testing.assert_allclose(got, dense[:64], atol=1e-5)
 
 
+def test_sparse_item_neighbours_are_the_dense_cosines_best_taken_from_co_occurrences(
+    matrix, monkeypatch
+):
+    """The item-to-item source past the dense budget: each item's best
+    positive cosines (not itself, not row 0), best first, equal values by
+    column, none better left out, as the dense items x items row ranks
+    them; fewer co-occurring items than kept: the rest 0 / 0.0. Blocks of
+    rows as in a large catalogue."""
+    from pipelines import item_neighbours
+
+    monkeypatch.setattr(item_neighbours, "ROW_BLOCK", 32)
+    columns, values = item_neighbours.sparse_knn_neighbours(sparse.csr_matrix(matrix), 20)
+    cosine = baselines.item_knn(matrix).astype(np.float64)
+    for item in range(150):
+        row = cosine[item]
+        candidates = [c for c in range(1, 150) if c != item and row[c] > 1e-7]
+        kept = min(20, len(candidates))
+        got, best = columns[item, :kept], values[item, :kept]
+        assert (best > 0).all() and item not in got and 0 not in got, item
+        np.testing.assert_allclose(best, row[got], atol=1e-5)
+        assert (np.diff(best) <= 0).all()  # best first
+        for a, b in zip(range(kept - 1), range(1, kept), strict=True):
+            assert best[a] != best[b] or got[a] < got[b]  # equal values by column
+        left_out = [c for c in candidates if c not in set(got.tolist())]
+        assert all(row[c] <= best[-1] + 1e-5 for c in left_out), item
+        assert (columns[item, kept:] == 0).all() and (values[item, kept:] == 0).all()
+    assert (values[7] == 0).all() and (columns[7] == 0).all()  # an item nobody has: no neighbours
+
+
 def test_low_rank_ease_is_the_ridge_map_on_the_top_singular_directions(matrix):
     history, item = sparse_baselines.low_rank_ease(sparse.csr_matrix(matrix), 16, 300.0)
     assert history.shape == item.shape == (150, 16)
