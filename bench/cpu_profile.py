@@ -46,16 +46,22 @@ def cpu_seconds(processes: list[psutil.Process]) -> float:
     return total
 
 
-def run(target: str, rate: float, duration: float) -> dict[str, object]:
+def running_stack() -> dict[str, list[psutil.Process]]:
+    """The running stack's processes by component: either every service its
+    own process, or one process hosting the backends; exits naming what is
+    missing."""
     processes = stack_processes()
     apart = ("features", "retriever", "ranker")
-    # Either every service its own process, or one process hosting the backends.
     one = bool(processes["one-process"])
     expected = [n for n in processes if n not in (apart if one else ("one-process",))]
     missing = [name for name in expected if not processes[name]]
     if missing:
         raise SystemExit(f"not running: {', '.join(missing)} (start the stack first)")
-    processes = {name: processes[name] for name in expected}
+    return {name: processes[name] for name in expected}
+
+
+def run(target: str, rate: float, duration: float) -> dict[str, object]:
+    processes = running_stack()
     # The load generator shares these cores: its own CPU is reported beside.
     processes["load generator (this process)"] = [psutil.Process()]
     before = {name: cpu_seconds(p) for name, p in processes.items()}

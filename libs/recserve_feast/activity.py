@@ -5,7 +5,7 @@ columns from its interactions, pipelines/dataset.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,18 @@ class Activity:
         cls, count: int, mean_rating: float, recent: Sequence[str], seen: Sequence[str]
     ) -> Activity:
         return cls(int(count), int(count), float(mean_rating), list(recent), list(seen))
+
+    @classmethod
+    def from_columns(cls, row: Mapping[str, Any] | None) -> Activity:
+        """The activity a stored user_activity row holds (None: no row yet)."""
+        if row is None:
+            return cls.of(0, 0.0, (), ())
+        return cls.of(
+            int(row["rating_count"] or 0),
+            float(row["mean_rating"] or 0.0),
+            row["recent_item_ids"] or (),
+            row["seen_item_ids"] or (),
+        )
 
     def add(self, item_id: str, rating: float) -> None:
         """One event, newer than every one before (0: an implicit one)."""

@@ -213,6 +213,14 @@ def read_unique(directory: Path, key: str) -> Iterator[dict[str, Any]]:
             yield record
 
 
+def written_by(path: Path, writer: str) -> bool:
+    """Whether ``path`` is one of ``writer``'s files (JsonlLog's names)."""
+    name = path.stem[3:]  # after "<hour>-"
+    return bool(writer) and (
+        name == writer or re.fullmatch(re.escape(writer) + r"-\d+", name) is not None
+    )
+
+
 class JsonlTail:
     """Reads what was appended below ``directory`` since the last call, from
     every writer's files (a reader that follows the log, as the events
@@ -224,11 +232,13 @@ class JsonlTail:
         self.first_day = time.strftime("%Y-%m-%d", time.gmtime(since)) if since else ""
         self.read_to: dict[Path, int] = {}  # how far each file was read
 
-    def read_new(self) -> list[dict[str, Any]]:
+    def read_new(self, skip_writer: str = "") -> list[dict[str, Any]]:
+        """``skip_writer``: not that writer's files (a process's own log,
+        whose records it knows without reading them back)."""
         found: list[dict[str, Any]] = []
         paths = sorted(self.directory.rglob("*.jsonl")) if self.directory.exists() else []
         for path in paths:
-            if path.parent.name < self.first_day:
+            if path.parent.name < self.first_day or written_by(path, skip_writer):
                 continue
             try:
                 self._read(path, found)

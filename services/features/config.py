@@ -22,7 +22,11 @@ class FeaturesSettings(ServiceSettings):
         1000, ge=1, le=10000, description="Most item ids one GetItemFeatures call may ask for."
     )
     max_events: int = Field(
-        1000, ge=1, le=100000, description="Most events one PushUserEvents call may carry."
+        10_000,
+        ge=1,
+        le=100_000,
+        description="Most events one PushUserEvents call may carry (the gateways merge up to "
+        "10,000 kept events a call).",
     )
     item_cache_size: int = Field(200_000, ge=0, description="Items kept in the in-process cache.")
     item_cache_ttl_s: float = Field(
@@ -38,7 +42,9 @@ class FeaturesSettings(ServiceSettings):
         "so such a user is embedded on the way until the next build.",
     )
     embed_timeout_s: float = Field(
-        2.0, gt=0, description="Cap on each EmbedUser call to the ranker."
+        2.0,
+        gt=0,
+        description="Cap on each EmbedUsers call to the ranker (users' vectors after events).",
     )
 
     @field_validator("redis_url")

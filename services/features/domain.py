@@ -60,6 +60,6 @@ class Features:
     async def push(self, events: Sequence[Event]) -> int:
         """Validates every event, then writes each user's new activity once;
         their vectors are computed again off the request path."""
-        accepted = await self.event_writer.push(events)
-        self.vectors.changed(sorted({e.user_id for e in events}))
-        return accepted
+        activities = await self.event_writer.push(events)
+        self.vectors.changed(activities)
+        return len(events)

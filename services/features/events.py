@@ -1,6 +1,6 @@
 """Real-time activity: validated events update each user's activity and
-each item's statistics in the online store (Feast push), once per user and
-item a batch; the items' new values go to watchers at once."""
+each item's statistics in the online store (services.features.online), once
+per user and item a batch; the items' new values go to watchers at once."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import numpy as np
-import pandas as pd
 from feast import FeatureStore
-from feast.data_source import PushMode
 
 from recserve_feast.activity import Activity
-from recserve_feast.repo import ITEM_PUSH_SOURCE, USER_PUSH_SOURCE
 from recserve_kit.errors import InvalidArgument
 from recserve_kit.validation import check_id
 from services.features.config import FeaturesSettings
@@ -53,69 +51,63 @@ class EventWriter:
             if event.event_time > latest:
                 raise InvalidArgument(f"events[{n}].event_time", "is in the future")
 
-    async def push(self, events: Sequence[Event]) -> int:
-        """Validates every event, then writes each user's new activity once."""
+    async def push(self, events: Sequence[Event]) -> dict[str, dict[str, Any]]:
+        """Validates every event, then writes each user's new activity and
+        each item's new statistics once; the users' activity written."""
         self.validate(events)
         async with self._push_lock:
-            users = sorted({e.user_id for e in events})
-            current = await asyncio.to_thread(self.users.read, users)
-            rows = []
-            for record in current:
-                mine = sorted(
-                    (e for e in events if e.user_id == record.user_id), key=lambda e: e.event_time
-                )
-                activity = Activity.of(
-                    record.rating_count,
-                    record.mean_rating,
-                    record.recent_item_ids,
-                    record.seen_item_ids,
-                )
-                for event in mine:
-                    activity.add(event.item_id, event.rating)
-                rows.append(
-                    {
-                        "user_id": record.user_id,
-                        **activity.columns(),
-                        # Pushed rows must be newer than what the store holds.
-                        "event_timestamp": max(datetime.now(UTC), mine[-1].event_time),
-                    }
-                )
-            frame = pd.DataFrame(rows)
-            frame["rating_count"] = frame["rating_count"].astype("int64")
-            frame["mean_rating"] = frame["mean_rating"].astype("float32")
-            item_frame, items = await asyncio.to_thread(self._item_stats_after, events)
-            await asyncio.to_thread(self.store.push, USER_PUSH_SOURCE, frame, to=PushMode.ONLINE)
-            await asyncio.to_thread(
-                self.store.push, ITEM_PUSH_SOURCE, item_frame, to=PushMode.ONLINE
-            )
+            rows, items = await asyncio.to_thread(self._write, events)
             # The items' popularity changed: the cache and watchers (the
             # ranker's feature table) get the values just written, as a read
-            # would give them (not read back: a third of an event's CPU).
+            # would give them (not read back); on the loop, as watchers are.
             self.items.replace(items)
-        return len(events)
+        return rows
 
-    def _item_stats_after(self, events: Sequence[Event]) -> tuple[pd.DataFrame, list[ItemRecord]]:
-        """The items' new statistics, as a frame to push and as records."""
+    def _write(self, events: Sequence[Event]) -> tuple[dict[str, dict[str, Any]], list[ItemRecord]]:
+        by_user: dict[str, list[Event]] = {}
+        for event in sorted(events, key=lambda e: e.event_time):
+            by_user.setdefault(event.user_id, []).append(event)
+        # Written rows must be newer than what the store holds.
+        at = max(datetime.now(UTC), max(e.event_time for e in events))
+        users = list(by_user)
+        rows: dict[str, dict[str, Any]] = {}
+        for user_id, current in zip(users, self.users.activity.read(users), strict=True):
+            activity = Activity.from_columns(current)
+            for event in by_user[user_id]:
+                activity.add(event.item_id, event.rating)
+            rows[user_id] = activity.columns()
+        self.users.activity.write(rows, at)
+        items = self._item_stats_after(events)
+        self.items.stats.write(
+            {r.item_id: {"popularity": r.popularity, "mean_rating": r.mean_rating} for r in items},
+            at,
+        )
+        return rows, items
+
+    def _item_stats_after(self, events: Sequence[Event]) -> list[ItemRecord]:
+        """The items' records with their new statistics."""
         by_item: dict[str, list[float]] = {}
         for event in events:
             by_item.setdefault(event.item_id, []).append(event.rating)
         item_ids = sorted(by_item)
-        now = datetime.now(UTC)
-        rows, records = [], []
-        for record in self.items.read(item_ids):
-            ratings = by_item[record.item_id]
+        # The statistics from the store; the rest of each record as served.
+        stats = self.items.stats.read(item_ids)
+        known = self.items.known(item_ids)
+        missing = [i for i in item_ids if i not in known]
+        known.update({r.item_id: r for r in self.items.read(missing)} if missing else {})
+        records = []
+        for item_id, stat in zip(item_ids, stats, strict=True):
+            record = replace(
+                known[item_id],
+                popularity=int(cast(int, stat["popularity"] or 0)) if stat else 0,
+                mean_rating=float(cast(float, stat["mean_rating"] or 0.0)) if stat else 0.0,
+            )
+            ratings = by_item[item_id]
             rated = [r for r in ratings if r > 0]
             count = record.popularity + len(ratings)
             total = record.mean_rating * record.popularity + sum(rated)
             mean = total / (record.popularity + len(rated)) if rated else record.mean_rating
             mean = float(np.float32(mean))  # as the online store keeps it
-            rows.append(
-                {"item_id": record.item_id, "popularity": count, "mean_rating": mean,
-                 "event_timestamp": now}
-            )  # fmt: skip
             # Written, so found (as a read would say), with its other features.
             records.append(replace(record, found=True, popularity=count, mean_rating=mean))
-        frame = pd.DataFrame(rows)
-        frame["popularity"] = frame["popularity"].astype("int64")
-        frame["mean_rating"] = frame["mean_rating"].astype("float32")
-        return frame, records
+        return records

@@ -1,5 +1,5 @@
-"""Item reads: Feast's Python SDK costs milliseconds per call and more with
-every entity, so items are served from an in-process cache (size- and
+"""Item reads: through Feast's online store interface (one read per view,
+services.features.online), and served from an in-process cache (size- and
 time-bounded, hit/miss counters exported, cleared when a new artifact is
 published), and watchers (the ranker, the gateway) get the whole catalogue
 (``catalogue``)."""
@@ -20,7 +20,8 @@ from recserve_kit.validation import check_id
 from recserve_model.attribute_features import texts_from_json
 from services.features.catalogue import Catalogue
 from services.features.config import FeaturesSettings
-from services.features.records import ItemRecord, value_or
+from services.features.online import OnlineView
+from services.features.records import ItemRecord
 
 CACHE = Counter("recserve_feature_cache_total", "Item-feature cache lookups.", ["result"])
 
@@ -29,7 +30,8 @@ class ItemReader:
     def __init__(self, store: FeatureStore, settings: FeaturesSettings) -> None:
         self.store = store
         self.settings = settings
-        self.item_service = store.get_feature_service("item_features")
+        self.profile = OnlineView(store, "item_profile", "item_id")
+        self.stats = OnlineView(store, "item_stats", "item_id")
         self.cache: TTLCache[str, ItemRecord] = TTLCache(
             maxsize=max(settings.item_cache_size, 1), ttl=settings.item_cache_ttl_s
         )
@@ -39,24 +41,23 @@ class ItemReader:
 
     def follow_registry(self) -> None:
         """A newly published artifact's item features (the registry refreshed by the caller)."""
-        self.item_service = self.store.get_feature_service("item_features")
+        self.profile.forget()
+        self.stats.forget()
 
     def read(self, item_ids: Sequence[str]) -> list[ItemRecord]:
-        rows = self.store.get_online_features(
-            features=self.item_service, entity_rows=[{"item_id": i} for i in item_ids]
-        ).to_dict()
+        profiles, stats = self.profile.read(item_ids), self.stats.read(item_ids)
         return [
             ItemRecord(
                 item_id=item_id,
-                found=rows["title"][i] is not None or rows["popularity"][i] is not None,
-                title=str(value_or(rows["title"], i, "")),
-                year=int(value_or(rows["year"], i, 0)),
-                categories=tuple(value_or(rows["genres"], i, cast(tuple[str, ...], ()))),
-                popularity=int(value_or(rows["popularity"], i, 0)),
-                mean_rating=float(value_or(rows["mean_rating"], i, 0.0)),
-                attributes=texts_from_json(value_or(rows.get("attributes", []), i, "")),
+                found=profile is not None or stat is not None,
+                title=str(profile.get("title") or "") if profile else "",
+                year=int(cast(int, profile.get("year") or 0)) if profile else 0,
+                categories=tuple(cast(list[str], profile.get("genres") or ())) if profile else (),
+                popularity=int(cast(int, stat.get("popularity") or 0)) if stat else 0,
+                mean_rating=float(cast(float, stat.get("mean_rating") or 0.0)) if stat else 0.0,
+                attributes=texts_from_json(profile.get("attributes") or "") if profile else {},
             )
-            for i, item_id in enumerate(item_ids)
+            for item_id, profile, stat in zip(item_ids, profiles, stats, strict=True)
         ]
 
     async def get(self, item_ids: Sequence[str]) -> tuple[list[ItemRecord], int]:
@@ -101,6 +102,12 @@ class ItemReader:
     def publish_catalogue(self, records: Sequence[ItemRecord], version: str) -> None:
         """Serves these records to watchers, replacing the previous catalogue (loop thread)."""
         self.catalogue.replace([r for r in records if r.found], version)
+
+    def known(self, item_ids: Sequence[str]) -> dict[str, ItemRecord]:
+        """The records the catalogue holds (the published items, as last
+        written) of these ids."""
+        records = self.catalogue.records
+        return {i: records[i] for i in item_ids if i in records}
 
     def replace(self, records: Sequence[ItemRecord]) -> None:
         """Records just written to the online store: cached, and sent to

@@ -11,40 +11,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from recserve.features.v1 import features_pb2 as pb
 from recserve.features.v1 import features_pb2_grpc
 from recserve_kit.errors import InvalidArgument
-from services.features.domain import Event, Features, ItemRecord, UserRecord
-
-
-def user_message(record: UserRecord) -> pb.UserFeatures:
-    return pb.UserFeatures(
-        user_id=record.user_id,
-        found=record.found,
-        age=record.age,
-        gender=record.gender,
-        occupation=record.occupation,
-        rating_count=record.rating_count,
-        mean_rating=record.mean_rating,
-        recent_item_ids=list(record.recent_item_ids),
-        seen_item_ids=list(record.seen_item_ids),
-        precomputed_item_ids=list(record.precomputed_item_ids),
-        precomputed_run_id=record.precomputed_run_id,
-        attributes=record.attributes,
-        vector_f32=record.vector_f32,
-        vector_version=record.vector_version,
-    )
-
-
-def item_message(record: ItemRecord) -> pb.ItemFeatures:
-    return pb.ItemFeatures(
-        item_id=record.item_id,
-        found=record.found,
-        title=record.title,
-        year=record.year,
-        categories=list(record.categories),
-        popularity=record.popularity,
-        mean_rating=record.mean_rating,
-        attributes=record.attributes,
-    )
-
+from services.features.domain import Event, Features
+from services.features.messages import item_message, user_message
 
 # google.protobuf.Timestamp's valid range: 0001-01-01 to 9999-12-31.
 MIN_SECONDS, MAX_SECONDS = -62_135_596_800, 253_402_300_799

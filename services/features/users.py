@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 import numpy as np
@@ -24,6 +24,7 @@ from recserve_model import published
 from recserve_model.attribute_features import texts_from_json
 from recserve_model.profile_key import profile_key
 from services.features.config import FeaturesSettings
+from services.features.online import OnlineView
 from services.features.records import UserRecord, plain, value_or
 
 log = logging.getLogger(__name__)
@@ -52,11 +53,34 @@ def with_vector(
     )
 
 
+def profile_record(
+    user_id: str, profile: Mapping[str, object] | None, activity: Mapping[str, object]
+) -> UserRecord:
+    """A user with activity, as the user tower reads them: the profile
+    (None: a user the export did not have) and the user_activity columns."""
+    profile = profile or {}
+    return UserRecord(
+        user_id=user_id,
+        found=True,
+        age=int(cast(int, profile.get("age") or 0)),
+        gender=str(profile.get("gender") or ""),
+        occupation=str(profile.get("occupation") or ""),
+        rating_count=int(cast(int, activity["rating_count"])),
+        mean_rating=float(cast(float, activity["mean_rating"])),
+        recent_item_ids=tuple(cast(list[str], activity["recent_item_ids"])),
+        attributes=texts_from_json(profile.get("attributes") or ""),
+    )
+
+
 class UserReader:
     def __init__(self, store: FeatureStore, settings: FeaturesSettings) -> None:
         self.store = store
         self.settings = settings
         self.user_service = store.get_feature_service("user_features")
+        # The view the events' live path reads and writes (EventWriter).
+        self.profile = OnlineView(store, "user_profile", "user_id")
+        self.activity = OnlineView(store, "user_activity", "user_id")
+        self.vectors = OnlineView(store, USER_VECTORS, "user_id")
         self._live: tuple[int, dict[str, object] | None] = (0, None)
         self._user_views: tuple[object, list[FeatureView]] = (None, [])
 
@@ -65,6 +89,8 @@ class UserReader:
         by the caller): stored vectors or declared attributes it adds."""
         self.user_service = self.store.get_feature_service("user_features")
         self._user_views = (None, [])
+        for view in (self.profile, self.activity, self.vectors):
+            view.forget()
 
     def stores_vectors(self) -> bool:
         """Whether the published artifact stores users' vectors (built since)."""

@@ -1,37 +1,37 @@
 """Users' vectors computed again, off the request path, after an event
 changed their profile: the stored vector stops matching the new profile at
 once (recserve_model.profile_key), so the next Recommend embeds on the way
-(as before stored vectors); meanwhile this asks the ranker's EmbedUser,
-which answers with the version the user is on, and pushes the vector with
-the new profile's key through Feast, so the Recommend after that skips the
-embed stage again. Users are taken in batches as they come; a user whose
-profile changes again before their vector is written is computed again
-(the key says which profile a vector is for, never a stale one served)."""
+(as before stored vectors); meanwhile this asks the ranker's EmbedUsers
+(many users a call), which answers with the version each user is on, and
+writes the vectors with the new profile's keys to the online store, so
+the Recommend after that skips the embed stage again. Users are taken in
+batches as they come; a user whose profile changes again before their
+vector is written is computed again (the key says which profile a vector
+is for, never a stale one served)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 import numpy as np
-import pandas as pd
 from feast import FeatureStore
-from feast.data_source import PushMode
 from prometheus_client import Counter
 
-from recserve.features.v1 import features_pb2 as fpb
 from recserve.ranker.v1 import ranker_pb2 as rpb
 from recserve.ranker.v1 import ranker_pb2_grpc
-from recserve_feast.repo import VECTOR_PUSH_SOURCE
 from recserve_kit import transport
 from recserve_kit.tracing import outbound_metadata
 from recserve_model.profile_key import profile_key
 from services.features.config import FeaturesSettings
+from services.features.messages import user_message
 from services.features.records import UserRecord
-from services.features.users import UserReader
+from services.features.users import UserReader, profile_record
 
 log = logging.getLogger(__name__)
 WRITTEN = Counter(
@@ -39,8 +39,7 @@ WRITTEN = Counter(
     "User vectors computed again after an event: written, or failed (embedded on the way).",
     ["result"],
 )
-BATCH = 64
-CONCURRENT_EMBEDS = 4  # the ranker's serving comes first
+BATCH = 256  # users a call: the most the ranker's EmbedUsers takes
 MAX_PENDING = 100_000  # beyond it a changed user is embedded on the way until their next event
 
 
@@ -54,20 +53,22 @@ class VectorRefresher:
             if settings.ranker_addr
             else None
         )
-        self.pending: dict[str, None] = {}  # users to compute, in arrival order
+        # Users to compute, in arrival order, with their newest activity.
+        self.pending: dict[str, Mapping[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
         self.idle = asyncio.Event()
         self.idle.set()
 
-    def changed(self, user_ids: Iterable[str]) -> None:
-        """These users' profiles changed: compute their vectors again, soon."""
+    def changed(self, activities: Mapping[str, Mapping[str, Any]]) -> None:
+        """These users' activity (the user_activity columns just written)
+        changed their profiles: compute their vectors again, soon."""
         if self.channel is None or not self.users.stores_vectors():
             return
-        for user_id in user_ids:
-            if len(self.pending) >= MAX_PENDING:
+        for user_id, activity in activities.items():
+            if len(self.pending) >= MAX_PENDING and user_id not in self.pending:
                 WRITTEN.labels("skipped").inc()
                 continue
-            self.pending[user_id] = None
+            self.pending[user_id] = activity  # the newest, in first-changed order
         if self._task is None or self._task.done():
             self.idle.clear()
             self._task = asyncio.create_task(self._run())
@@ -75,9 +76,9 @@ class VectorRefresher:
     async def _run(self) -> None:
         try:
             while self.pending:
-                batch = list(self.pending)[:BATCH]
+                batch = {u: self.pending[u] for u in itertools.islice(self.pending, BATCH)}
                 for user_id in batch:
-                    self.pending.pop(user_id, None)
+                    del self.pending[user_id]
                 try:
                     await self._refresh(batch)
                 except Exception:
@@ -89,51 +90,36 @@ class VectorRefresher:
         finally:
             self.idle.set()
 
-    async def _refresh(self, user_ids: list[str]) -> None:
-        records = await asyncio.to_thread(self.users.read, user_ids)
-        # Unknown users, and those whose stored vector already fits, need none.
-        todo = [r for r in records if r.found and not r.vector_f32]
-        limit = asyncio.Semaphore(CONCURRENT_EMBEDS)
+    async def _refresh(self, activities: Mapping[str, Mapping[str, Any]]) -> None:
+        # The profile from the store, the activity as just written (not read
+        # back: the seen items are most of a user's row).
+        ids = list(activities)
+        profiles = await asyncio.to_thread(self.users.profile.read, ids)
+        todo = [profile_record(u, p, activities[u]) for u, p in zip(ids, profiles, strict=True)]
+        try:
+            embedded = await self._embed(todo)
+        except grpc.aio.AioRpcError as exc:
+            WRITTEN.labels("failed").inc(len(todo))
+            log.warning("cannot compute %d users' vectors: %s", len(todo), exc.code().name)
+            return
+        rows = {
+            r.user_id: row(r, e.vector_f32, e.model_version)
+            for r, e in zip(todo, embedded, strict=True)
+        }
+        await asyncio.to_thread(self.users.vectors.write, rows, datetime.now(UTC))
+        WRITTEN.labels("written").inc(len(rows))
 
-        async def embed(record: UserRecord) -> dict[str, object] | None:
-            async with limit:
-                try:
-                    vector, version = await self._embed(record)
-                except grpc.aio.AioRpcError as exc:
-                    WRITTEN.labels("failed").inc()
-                    log.warning(
-                        "cannot compute a user's vector: %s", exc.code().name,
-                        extra={"fields": {"user_id": record.user_id}},
-                    )  # fmt: skip
-                    return None
-            return row(record, vector, version)
-
-        rows = [r for r in await asyncio.gather(*(embed(r) for r in todo)) if r is not None]
-        if rows:
-            frame = pd.DataFrame(rows)
-            await asyncio.to_thread(self.store.push, VECTOR_PUSH_SOURCE, frame, to=PushMode.ONLINE)
-            WRITTEN.labels("written").inc(len(rows))
-
-    async def _embed(self, record: UserRecord) -> tuple[np.ndarray, str]:
+    async def _embed(self, records: list[UserRecord]) -> list[rpb.EmbeddedUser]:
+        """The users' vectors, one call to the ranker (one Triton call a version)."""
         assert self.channel is not None
         stub = ranker_pb2_grpc.RankerServiceStub(self.channel)
-        profile = fpb.UserFeatures(
-            user_id=record.user_id,
-            found=record.found,
-            age=record.age,
-            gender=record.gender,
-            occupation=record.occupation,
-            rating_count=record.rating_count,
-            mean_rating=record.mean_rating,
-            recent_item_ids=record.recent_item_ids,
-            attributes=record.attributes,
-        )
-        reply = await stub.EmbedUser(
-            rpb.EmbedUserRequest(user=profile),
+        profiles = [user_message(record) for record in records]
+        reply = await stub.EmbedUsers(
+            rpb.EmbedUsersRequest(users=profiles),
             timeout=self.timeout_s,
             metadata=outbound_metadata(),
         )
-        return np.frombuffer(reply.vector_f32, "<f4"), reply.model_version
+        return list(reply.users)
 
     async def close(self) -> None:
         if self._task is not None:
@@ -142,7 +128,8 @@ class VectorRefresher:
             await self.channel.close()
 
 
-def row(record: UserRecord, vector: np.ndarray, version: str) -> dict[str, object]:
+def row(record: UserRecord, vector_f32: bytes, version: str) -> dict[str, object]:
+    """The user_vectors features of one user's vector, for the profile it was computed for."""
     key = profile_key(
         record.age,
         record.gender,
@@ -152,10 +139,5 @@ def row(record: UserRecord, vector: np.ndarray, version: str) -> dict[str, objec
         record.recent_item_ids,
         record.attributes,
     )
-    return {
-        "user_id": record.user_id,
-        "vector": vector.astype(np.float32).tolist(),
-        "model_version": version,
-        "profile_key": key,
-        "event_timestamp": datetime.now(UTC),
-    }
+    vector = np.frombuffer(vector_f32, "<f4").tolist()
+    return {"vector": vector, "model_version": version, "profile_key": key}

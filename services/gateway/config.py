@@ -111,7 +111,7 @@ class GatewaySettings(ServiceSettings):
         "begins. 0: keep every day.",
     )
     live_update_queue: int = Field(
-        5_000,
+        20_000,
         ge=1,
         description="Kept events waiting for the features service (the users' live features); "
         "past it they are kept but not applied live, and counted "

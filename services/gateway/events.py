@@ -103,11 +103,13 @@ class EventLog:
         self.kept: OrderedDict[str, None] = OrderedDict()
         self.tail = JsonlTail(directory)
         self.lock = asyncio.Lock()
-        self.catch_up()
+        for record in self.tail.read_new():  # every file, this writer's name's too
+            self._remember(record["event_id"])
 
     def catch_up(self) -> None:
-        """Remembers the ids appended to any file since the last call."""
-        for record in self.tail.read_new():
+        """Remembers the ids other writers (gateway replicas) appended since
+        the last call; this one's it remembers as it writes them."""
+        for record in self.tail.read_new(skip_writer=self.log.writer):
             self._remember(record["event_id"])
 
     def _remember(self, event_id: str) -> None:

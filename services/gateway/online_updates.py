@@ -4,7 +4,8 @@ The events call answers once its batch is on disk; the features service
 gets the batch's taste-changing events from a queue drained by one sender,
 which merges what queued while its last call ran (up to ``max_batch``
 events a call): at a marketplace's event rate the features service then
-writes a few large batches a second instead of a call per events call, and
+writes a few large batches a second instead of a call per events call,
+each user's row once a batch however many events they sent, and
 a slow features service slows nobody's events call. The queue is bounded:
 past ``max_queued`` events a batch is dropped from the live update (kept on
 disk, learned at the next build), counted and logged.
@@ -32,6 +33,11 @@ ONLINE = Counter(
     "was full); the latter two are kept, not applied live.",
     ["outcome"],
 )
+# Events merged into one call at most: each user's activity, each item's
+# statistics and each user's vector are written once a call, so under a
+# flood the features service writes once per user per call, not per event
+# (the features service's max_events takes as many).
+MERGED_EVENTS = 10_000
 TIMEOUT_S = 10.0  # one merged call of up to max_batch events
 LOG_EVERY_S = 10.0  # a full queue is logged at most this often
 log = logging.getLogger(__name__)
@@ -42,7 +48,7 @@ class OnlineUpdates:
     def __init__(
         self,
         features: features_pb2_grpc.FeatureServiceStub | None,
-        max_batch: int = 1000,
+        max_batch: int = MERGED_EVENTS,
         max_queued: int = 100_000,
     ) -> None:
         self.features = features

@@ -25,7 +25,7 @@ from recserve_model.artifacts import ArtifactError
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.domain import Gateway
-from services.gateway.events import MAX_BATCH, EventLog, EventServicer
+from services.gateway.events import EventLog, EventServicer
 from services.gateway.impressions import Impressions, RolloutArms
 from services.gateway.online_updates import OnlineUpdates
 from services.gateway.popular import PopularItems
@@ -172,7 +172,7 @@ async def create_server(
     events = EventServicer(
         event_log,
         gateway.catalogue.schema,
-        OnlineUpdates(gateway.backends.features, MAX_BATCH, settings.live_update_queue),
+        OnlineUpdates(gateway.backends.features, max_queued=settings.live_update_queue),
         impressions.outcomes,
     )
     registrations = [

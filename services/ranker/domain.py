@@ -5,7 +5,7 @@ fails.
 Candidates' item features come from the ranker's own table (``item_table``),
 kept live from the features service. The pieces: ``triton_client`` (the
 wire), ``versions`` (what is loaded, the stable pin, the rollout), and here
-the two requests, EmbedUser and Score. A candidate version that fails or
+the requests, EmbedUser (and EmbedUsers) and Score. A candidate version that fails or
 returns non-finite scores is answered by the stable version instead, and the
 judge sees the failure; a share of the stable version's answers is
 shadow-scored with the candidate after answering.
@@ -14,8 +14,9 @@ shadow-scored with the candidate after answering.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from functools import partial
 from typing import TypeVar
 
 import numpy as np
@@ -24,8 +25,8 @@ from recserve_delivery.rollout import Plan, Rollout
 from recserve_kit.errors import FailedPrecondition, InvalidArgument, Unavailable
 from recserve_model.affinity import RANK as AFFINITY_RANK
 from recserve_model.affinity import vectors_or_zeros
-from recserve_model.encoding import Encoder
 from services.ranker.config import RankerSettings
+from services.ranker.inputs import CandidateInput, Scored, ScoreQuery, UserInput, user_arrays
 from services.ranker.item_table import ItemTable
 from services.ranker.loaded import Loaded
 from services.ranker.shadow import Shadow
@@ -35,68 +36,7 @@ from services.ranker.versions import ModelVersions
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class Scored:
-    scores: np.ndarray
-    model_version: str
-    unknown_items: int  # scored with the out-of-vocabulary row
-    affinity: np.ndarray | None = None  # each candidate's, when explained
-
-
-@dataclass(frozen=True)
-class UserInput:
-    age: float
-    gender: str
-    occupation: str
-    rating_count: float
-    mean_rating: float
-    recent_item_ids: Sequence[str]
-    user_id: str = ""  # which version a rollout serves this user
-    attributes: Mapping[str, str] = field(default_factory=dict)  # declared, as text
-
-
-@dataclass(frozen=True)
-class CandidateInput:
-    item_id: str
-    year: float
-    popularity: float
-    mean_rating: float
-    categories: Sequence[str]
-    retrieval_score: float
-    attributes: Mapping[str, str] = field(default_factory=dict)  # declared, as text
-
-
-@dataclass(frozen=True)
-class ScoreQuery:
-    """One Score request, whichever form it came in."""
-
-    user: UserInput
-    item_ids: Sequence[str]
-    item_features: Callable[[Loaded], np.ndarray]  # the rows, as a version encodes them
-    retrieval_scores: np.ndarray
-    timeout_s: float
-    user_vector: np.ndarray | None = None
-    vector_version: str = ""  # the version that computed user_vector ("" : any)
-    vector_field: str = "user_vector"  # named in errors about the vector
-    explain: bool = False  # return each candidate's affinity too
-    version: str = ""  # score with this loaded version, not the user's (a comparison)
-    # [n, SOURCE_FEATURES]: each candidate's neighbour score and sources; None:
-    # no sources (every candidate a nearest neighbour, no neighbour score).
-    source_features: np.ndarray | None = None
-
-
-def user_arrays(encoder: Encoder, user: UserInput) -> tuple[np.ndarray, np.ndarray]:
-    features = encoder.user(
-        user.age,
-        user.gender,
-        user.occupation,
-        user.rating_count,
-        user.mean_rating,
-        user.attributes,
-    )
-    return features[None, :], encoder.history(user.recent_item_ids)[None, :]
+MAX_USERS = 256  # a call to the user tower (its max_batch_size, pipelines/triton_repo.py)
 
 
 class Ranker:
@@ -149,15 +89,40 @@ class Ranker:
             return await run(stable)
 
     async def embed_user(self, user: UserInput, timeout_s: float) -> tuple[np.ndarray, str]:
-        return await self._with_fallback(
-            self.models.for_user(user.user_id), lambda loaded: self._embed(loaded, user, timeout_s)
+        vectors, version = await self._with_fallback(
+            self.models.for_user(user.user_id),
+            lambda loaded: self._embed(loaded, [user], timeout_s),
         )
+        return vectors[0], version
+
+    async def embed_users(
+        self, users: Sequence[UserInput], timeout_s: float
+    ) -> list[tuple[np.ndarray, str]]:
+        """Each user's vector on the version the user is on: one Triton call
+        a version, not one a user."""
+        if not users:
+            raise InvalidArgument("users", "is empty")
+        if len(users) > MAX_USERS:
+            raise InvalidArgument("users", f"at most {MAX_USERS}, got {len(users)}")
+        by_version: dict[str, tuple[Loaded, list[int]]] = {}
+        for n, user in enumerate(users):
+            loaded = self.models.for_user(user.user_id)
+            by_version.setdefault(loaded.version, (loaded, []))[1].append(n)
+        out: list[tuple[np.ndarray, str]] = [(np.empty(0, np.float32), "")] * len(users)
+        for loaded, rows in by_version.values():
+            group = [users[n] for n in rows]
+            vectors, version = await self._with_fallback(
+                loaded, partial(self._embed, users=group, timeout_s=timeout_s)
+            )
+            for n, vector in zip(rows, vectors, strict=True):
+                out[n] = (vector, version)
+        return out
 
     async def _embed(
-        self, loaded: Loaded, user: UserInput, timeout_s: float
+        self, loaded: Loaded, users: Sequence[UserInput], timeout_s: float
     ) -> tuple[np.ndarray, str]:
-        features, history = user_arrays(loaded.encoder, user)
-        vector = await self.triton.infer(
+        features, history = user_arrays(loaded.encoder, users)
+        vectors = await self.triton.infer(
             self.settings.user_model,
             loaded.user_model_version,
             [("user_features", features), ("history", history)],
@@ -165,7 +130,7 @@ class Ranker:
             timeout_s,
             self.models.tracker(loaded.version, timed=False),
         )
-        return vector[0], loaded.version
+        return vectors, loaded.version
 
     async def embed_items(
         self, version: str, items: Sequence[CandidateInput], timeout_s: float
@@ -326,14 +291,15 @@ class Ranker:
         dim = encoder.spec.embedding_dim
         user_vector = query.user_vector
         if user_vector is None:
-            user_vector, _ = await self._embed(loaded, query.user, query.timeout_s)
+            vectors, _ = await self._embed(loaded, [query.user], query.timeout_s)
+            user_vector = vectors[0]
         elif len(user_vector) != dim:
             raise InvalidArgument(
                 query.vector_field, f"has {len(user_vector)} values; expected {dim}"
             )
         n = len(query.item_ids)
         rows = encoder.item_rows(query.item_ids)
-        user_features, history = user_arrays(encoder, query.user)
+        user_features, history = user_arrays(encoder, [query.user])
         # Once per request here, not once per candidate row in the graph.
         user_affinity = vectors_or_zeros(loaded.affinity, history)
         inputs: list[Tensor] = [

@@ -21,7 +21,8 @@ from recserve_kit.deadlines import outbound_timeout
 from recserve_kit.errors import InvalidArgument
 from recserve_model import published
 from services.ranker.config import RankerSettings
-from services.ranker.domain import CandidateInput, Ranker, Scored, UserInput
+from services.ranker.domain import Ranker
+from services.ranker.inputs import CandidateInput, Scored, UserInput
 from services.ranker.source_inputs import SourceColumns
 
 
@@ -72,6 +73,18 @@ class RankerServicer(ranker_pb2_grpc.RankerServiceServicer):
             model_version=version,
             vector_f32=vector.tobytes(),
             split=split_message(self.ranker),
+        )
+
+    async def EmbedUsers(
+        self, request: pb.EmbedUsersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EmbedUsersResponse:
+        users = [to_user(u) for u in request.users]
+        embedded = await self.ranker.embed_users(users, self._timeout(context))
+        return pb.EmbedUsersResponse(
+            users=[
+                pb.EmbeddedUser(user_id=u.user_id, vector_f32=v.tobytes(), model_version=version)
+                for u, (v, version) in zip(users, embedded, strict=True)
+            ]
         )
 
     async def EmbedItems(

@@ -231,6 +231,44 @@ async def test_direct_user_read_equals_the_sdk_read(features):
     assert users.read(ids) == users._records(ids, rows, None)
 
 
+async def test_live_writes_and_item_reads_below_the_sdk_agree_with_the_sdk(features):
+    """Events are written, and items read, through Feast's online store
+    interface below its SDK: what a push wrote, the SDK reads back as the
+    service serves it (a new user included), and item reads equal the SDK's."""
+    stub, service = features
+    when = Timestamp()
+    when.FromDatetime(datetime.now(UTC))
+    events = [
+        pb.UserEvent(user_id="7", item_id="11", rating=4.0, event_time=when),
+        pb.UserEvent(user_id="not-in-the-export", item_id="12", rating=0, event_time=when),
+    ]
+    await stub.PushUserEvents(pb.PushUserEventsRequest(events=events))
+    store = service.domain.store
+    ids = ["7", "not-in-the-export"]
+    names = ["rating_count", "mean_rating", "recent_item_ids", "seen_item_ids"]
+    sdk = store.get_online_features(
+        features=[f"user_activity:{n}" for n in names], entity_rows=[{"user_id": u} for u in ids]
+    ).to_dict()
+    for n, user_id in enumerate(ids):
+        served = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=user_id))).user
+        assert sdk["rating_count"][n] == served.rating_count
+        assert sdk["mean_rating"][n] == pytest.approx(served.mean_rating)
+        assert sdk["recent_item_ids"][n] == list(served.recent_item_ids)
+        assert sdk["seen_item_ids"][n] == list(served.seen_item_ids)
+    assert sdk["recent_item_ids"][1] == ["12"] and sdk["rating_count"][1] == 1
+    item_ids = ["11", "12", "300", "no-such-item"]
+    rows = store.get_online_features(
+        features=store.get_feature_service("item_features"),
+        entity_rows=[{"item_id": i} for i in item_ids],
+    ).to_dict()
+    read = service.domain.item_reader.read(item_ids)
+    assert [r.popularity for r in read[:3]] == rows["popularity"][:3]
+    assert [r.title for r in read[:3]] == rows["title"][:3]
+    assert [list(r.categories) for r in read[:3]] == rows["genres"][:3]
+    assert [r.mean_rating for r in read[:3]] == pytest.approx(rows["mean_rating"][:3])
+    assert not read[3].found and rows["popularity"][3] is None
+
+
 async def test_watch_lists_the_catalogue_then_streams_pushed_changes(features, tables):
     stub, service = features
     table: dict[str, pb.ItemFeatures] = {}
@@ -280,15 +318,23 @@ async def test_a_clean_stop_with_a_watcher_connected_logs_no_error(built, tmp_pa
 
 
 class StandInRanker(ranker_pb2_grpc.RankerServiceServicer):
-    """EmbedUser only: a vector that says which profile it was asked for."""
+    """EmbedUsers only: vectors that say which profile they were asked for."""
 
     def __init__(self) -> None:
         self.asked: list[str] = []
 
-    async def EmbedUser(self, request, context):
-        self.asked.append(request.user.user_id)
-        vector = np.full(64, float(request.user.rating_count), dtype="<f4")
-        return rpb.EmbedUserResponse(vector_f32=vector.tobytes(), model_version="stand-in")
+    async def EmbedUsers(self, request, context):
+        self.asked += [u.user_id for u in request.users]
+        return rpb.EmbedUsersResponse(
+            users=[
+                rpb.EmbeddedUser(
+                    user_id=u.user_id,
+                    vector_f32=np.full(64, float(u.rating_count), dtype="<f4").tobytes(),
+                    model_version="stand-in",
+                )
+                for u in request.users
+            ]
+        )
 
 
 async def test_a_users_stored_vector_is_served_only_for_its_profile_and_recomputed_after_an_event(
@@ -297,7 +343,7 @@ async def test_a_users_stored_vector_is_served_only_for_its_profile_and_recomput
     """The build stores every user's vector with the profile it was computed
     for: GetUserFeatures carries it while the profile is unchanged; an event
     changes the profile, the stale vector is not served, and the user's
-    vector is computed again (the ranker's EmbedUser, here a stand-in) and
+    vector is computed again (the ranker's EmbedUsers, here a stand-in) and
     served with the new profile."""
     stored = pd.read_parquet(built.directory / "features" / "user_vectors.parquet")
     stored = stored.set_index("user_id")

@@ -141,6 +141,28 @@ async def test_scores_equal_onnxruntime_offline(built, ranker, catalog):
     np.testing.assert_allclose(again.scores, reply.scores, rtol=1e-5, atol=1e-5)
 
 
+async def test_many_users_embedded_in_one_call_equal_one_at_a_time(ranker, catalog):
+    """EmbedUsers (the features service's vectors after events): one call,
+    each user's vector and version as EmbedUser gives it; no users or more
+    than the user tower takes in one call is refused, naming the field."""
+    stub, _, _ = ranker
+    users, _ = catalog
+    profiles = [user_message(users.iloc[n]) for n in range(40)]
+    many = await stub.EmbedUsers(pb.EmbedUsersRequest(users=profiles))
+    assert [u.user_id for u in many.users] == [p.user_id for p in profiles]
+    for profile, embedded in zip(profiles, many.users, strict=True):
+        one = await stub.EmbedUser(pb.EmbedUserRequest(user=profile))
+        assert embedded.model_version == one.model_version
+        np.testing.assert_allclose(
+            np.frombuffer(embedded.vector_f32, "<f4"), one.vector, rtol=1e-5, atol=1e-6
+        )
+    for asked, field in (([], "users"), (profiles * 7, "users")):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.EmbedUsers(pb.EmbedUsersRequest(users=asked))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert field in refused.value.details()
+
+
 async def test_columns_form_gathers_features_from_the_live_table(
     built, setup, triton, catalog, tmp_path
 ):

@@ -107,3 +107,25 @@ def test_a_tail_and_a_reader_skip_days_removed_under_them(tmp_path):
     shutil.rmtree(tmp_path / "2026-01-01")
     assert tail.read_new() == [] and list(tail.read_to) == [listed[1]]
     assert [r["day"] for r in read_files(listed)] == ["2026-01-02"]
+
+
+def test_a_tail_can_leave_out_one_writers_files_its_parts_included(tmp_path):
+    """The events API's duplicate check reads back only other gateways'
+    records (its own it remembers as it writes them): every part of its own
+    files is left out, a writer whose name merely starts with its name is not."""
+    own, other, longer = (JsonlLog(tmp_path, background=False, max_bytes=40) for _ in range(3))
+    own.writer, other.writer, longer.writer = "host-7", "host-8", "host-77"
+    for n in range(3):  # past max_bytes: own rolls to its parts -1 and -2 (host-7-1, host-7-2)
+        own.write([{"n": f"own{n}", "pad": "x" * 40}])
+    other.write([{"n": "other"}])
+    longer.write([{"n": "longer"}])
+    assert len(list(tmp_path.rglob("*-host-7*.jsonl"))) == 4  # own's three, longer's one
+    tail = JsonlTail(tmp_path)
+    assert sorted(r["n"] for r in tail.read_new(skip_writer="host-7")) == ["longer", "other"]
+    own.write([{"n": "own3"}])
+    assert tail.read_new(skip_writer="host-7") == []
+    assert sorted(r["n"] for r in JsonlTail(tmp_path).read_new()) == [
+        "longer", "other", "own0", "own1", "own2", "own3",
+    ]  # fmt: skip
+    for log in (own, other, longer):
+        log.close()
