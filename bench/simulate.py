@@ -26,11 +26,12 @@ from recserve.recommend.v1 import events_pb2 as epb
 from recserve.recommend.v1 import events_pb2_grpc, recommend_pb2, recommend_pb2_grpc
 
 
-def held_out_futures(raw_dir: Path) -> dict[str, set[str]]:
-    """Each user's test items in the build's temporal split (the demo dataset)."""
+def held_out_futures(raw_dir: Path, dataset_dir: Path | None = None) -> dict[str, set[str]]:
+    """Each user's test items in the build's temporal split (the demo
+    dataset's, or that of the dataset directory an artifact was built from)."""
     from pipelines.dataset import load_movielens, temporal_split
 
-    test = temporal_split(load_movielens(raw_dir).interactions).test
+    test = temporal_split(load_movielens(raw_dir, dataset_dir).interactions).test
     return {str(u): set(map(str, items)) for u, items in test.groupby("user_id")["item_id"]}
 
 
@@ -75,13 +76,18 @@ def clicks(
 
 
 def click_events(
-    prefix: str, user: str, clicked: list[str], recommendation_id: str
+    prefix: str,
+    user: str,
+    clicked: list[str],
+    recommendation_id: str,
+    event: tuple[str, float] = ("rating", 5.0),
 ) -> list[epb.AppEvent]:
-    """Five-star ratings of the clicked items, each naming the list it was on."""
+    """An event of the given type and value (by default a five-star rating)
+    for each clicked item, each naming the list it was on."""
     return [
         epb.AppEvent(
-            event_id=f"{prefix}-{item}", user_id=user, item_id=item, event_type="rating",
-            value=5.0, recommendation_id=recommendation_id,
+            event_id=f"{prefix}-{item}", user_id=user, item_id=item, event_type=event[0],
+            value=event[1], recommendation_id=recommendation_id,
         )
         for item in clicked
     ]  # fmt: skip
@@ -99,12 +105,14 @@ def simulate(
     surface: str = "simulated",
     prefer: str = "",
     rate: float = 0.0,
+    event: tuple[str, float] = ("rating", 5.0),
 ) -> Simulation:
     """Users in turn (those with a future), a list each, events for what they
     click, until ``until(result)`` or ``max_s``; with ``prefer``, no clicks
     on another version's lists. ``rate``: lists a second at most (0: each
     user as soon as the last one's answer came), so that a host that also
-    builds or tests keeps cores for it."""
+    builds or tests keeps cores for it. ``event``: the clicks' event type
+    and value (a dataset's own, ``rating_type``)."""
     rng = random.Random(seed)
     users = sorted(futures, key=lambda u: (len(u), u))
     result = Simulation()
@@ -134,7 +142,7 @@ def simulate(
             result.add(reply.model_version, bool(clicked))
             if not clicked:
                 continue
-            batch = click_events(f"sim-{seed}-{n}", user, clicked, reply.recommendation_id)
+            batch = click_events(f"sim-{seed}-{n}", user, clicked, reply.recommendation_id, event)
             try:
                 events.PushEvents(epb.PushEventsRequest(events=batch), metadata=metadata, timeout=5)
             except grpc.RpcError as error:
@@ -142,3 +150,18 @@ def simulate(
                 continue
             result.events += len(batch)
     return result
+
+
+def rating_type(directory: Path) -> tuple[str, float]:
+    """The artifact's first rating event type and a value within its range
+    (else its first positive type, value 0)."""
+    from recserve_model.catalogue import CatalogueSchema
+
+    kinds = CatalogueSchema.load(directory).event_types
+    for name, kind in kinds.items():
+        if kind.role == "rating":
+            return name, float(kind.max if kind.max is not None else 1.0)
+    for name, kind in kinds.items():
+        if kind.role == "positive":
+            return name, 0.0
+    raise SystemExit(f"{directory.name} declares no rating or positive event type")

@@ -30,15 +30,18 @@ def simulate(
 ) -> None:
     """Simulated users through Envoy: lists shown, clicks sent back through the
     events API (bench/simulate.py's click model); conversion per model version."""
-    from bench.simulate import held_out_futures
+    from bench.simulate import held_out_futures, rating_type
     from bench.simulate import simulate as run
+    from pipelines.dataset import artifact_dataset
+    from recserve_model import artifacts
 
     target = os.environ.get("RECSERVE_ENVOY_ADDRESS", "127.0.0.1:8080")
     token = (data_dir / "auth" / "app.token").read_text().strip()
-    futures = held_out_futures(data_dir / "raw")
+    directory = artifacts.current(data_dir)
+    futures = held_out_futures(data_dir / "raw", artifact_dataset(directory))
     result = run(
         target, token, futures, lambda r: r.lists >= lists, p_hit, p_noise, seed, max_s=3600,
-        prefer=prefer, rate=rate,
+        prefer=prefer, rate=rate, event=rating_type(directory),
     )  # fmt: skip
     table = Table(title=f"simulated users: {result.lists} lists, p_hit {p_hit}, p_noise {p_noise}")
     for column in ("model version", "lists", "converted", "conversion"):

@@ -27,6 +27,7 @@ def events(
     import pandas as pd
 
     from bench.events_load import run
+    from bench.simulate import rating_type
     from recserve_kit.config import load_settings
     from recserve_model import artifacts
     from recserve_stack.settings import StackSettings
@@ -56,18 +57,3 @@ def events(
         f"visible there after {result['freshness_under_load_s']} s under the load"
     )
     write(out, {"benchmark": "events", **result})
-
-
-def rating_type(directory: Path) -> tuple[str, float]:
-    """The artifact's first rating event type and a value within its range
-    (else its first positive type, value 0)."""
-    from recserve_model.catalogue import CatalogueSchema
-
-    kinds = CatalogueSchema.load(directory).event_types
-    for name, kind in kinds.items():
-        if kind.role == "rating":
-            return name, float(kind.max if kind.max is not None else 1.0)
-    for name, kind in kinds.items():
-        if kind.role == "positive":
-            return name, 0.0
-    raise SystemExit(f"{directory.name} declares no rating or positive event type")
