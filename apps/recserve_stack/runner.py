@@ -159,41 +159,70 @@ class Runner:
         finally:
             log.close()
 
-    async def wait_for_exit(self) -> Component:
-        """Returns the first component whose process exits."""
-        waits = {asyncio.create_task(c.process.wait()): c for c in self.components if c.process}
-        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        return waits[next(iter(done))]
-
     async def supervise(self, max_restarts: int = 5, window_s: float = 600.0) -> Component:
         """Restarts a component that exits (as Compose's ``restart:
         unless-stopped``) while the others keep serving (their health and the
-        gateway's fallback cover the gap). Returns the component that exited
-        more than ``max_restarts`` times within ``window_s`` or could not get
-        ready again: the caller stops the stack then."""
+        gateway's fallback cover the gap). Each component comes back on its
+        own: one that dies while another is still getting ready is restarted
+        at once, not after it. Returns the component that exited more than
+        ``max_restarts`` times within ``window_s`` or could not get ready
+        again: the caller stops the stack then."""
         restarts: dict[str, deque[float]] = {}
-        while True:
-            component = await self.wait_for_exit()
-            assert component.process is not None
-            code = component.process.returncode
-            recent = restarts.setdefault(component.name, deque())
-            now = time.monotonic()
-            while recent and now - recent[0] > window_s:
-                recent.popleft()
-            if len(recent) >= max_restarts:
-                return component
-            recent.append(now)
-            self.say(
-                f"{component.name:>{self._width}} | exited with code {code}; "
-                f"restarting ({len(recent)} of {max_restarts} in {window_s:.0f}s)"
-            )
-            self._signal(component, signal.SIGKILL)  # children the leader left behind
-            await self._spawn(component)
-            if not await self._ready_again(component):
-                return component
-            self.say(f"{component.name:>{self._width}} | ready again {component.address}".rstrip())
+        exits = {self._exit_of(c): c for c in self.components if c.process}
+        comebacks: dict[asyncio.Task[bool], Component] = {}
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {*exits, *comebacks}, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    if task in comebacks:
+                        component = comebacks.pop(task)
+                        if not task.result():
+                            return component
+                        back = f"{component.name:>{self._width}} | ready again {component.address}"
+                        self.say(back.rstrip())
+                        exits[self._exit_of(component)] = component
+                        continue
+                    component = exits.pop(task)
+                    if not self._may_restart(component, restarts, max_restarts, window_s):
+                        return component
+                    comebacks[asyncio.create_task(self._restart(component))] = component
+        finally:
+            for task in (*exits, *comebacks):
+                task.cancel()
+
+    @staticmethod
+    def _exit_of(component: Component) -> asyncio.Task[int]:
+        assert component.process is not None
+        return asyncio.create_task(component.process.wait())
+
+    def _may_restart(
+        self,
+        component: Component,
+        restarts: dict[str, deque[float]],
+        max_restarts: int,
+        window_s: float,
+    ) -> bool:
+        """Counts the restart, saying so; False past ``max_restarts`` in ``window_s``."""
+        assert component.process is not None
+        recent = restarts.setdefault(component.name, deque())
+        now = time.monotonic()
+        while recent and now - recent[0] > window_s:
+            recent.popleft()
+        if len(recent) >= max_restarts:
+            return False
+        recent.append(now)
+        self.say(
+            f"{component.name:>{self._width}} | exited with code {component.process.returncode}; "
+            f"restarting ({len(recent)} of {max_restarts} in {window_s:.0f}s)"
+        )
+        return True
+
+    async def _restart(self, component: Component) -> bool:
+        self._signal(component, signal.SIGKILL)  # children the leader left behind
+        await self._spawn(component)
+        return await self._ready_again(component)
 
     async def _ready_again(self, component: Component) -> bool:
         deadline = time.monotonic() + self.start_timeout_s

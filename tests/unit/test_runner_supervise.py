@@ -1,0 +1,64 @@
+"""The stack runner's supervision with real child processes (small sleepers
+standing in for the services): each component comes back on its own."""
+
+import asyncio
+import io
+import os
+import signal
+import sys
+
+from recserve_stack.runner import Component, Runner
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+async def _until(condition, timeout_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def _kill(component: Component) -> None:
+    assert component.process is not None
+    os.kill(component.process.pid, signal.SIGKILL)
+
+
+async def test_a_component_that_dies_while_another_comes_back_is_restarted_at_once(tmp_path):
+    """A restart that is still waiting for its component to be ready does
+    not hold up noticing, and restarting, another that dies meanwhile."""
+    held = {"slow": False}
+
+    async def slow_ready() -> bool:
+        return not held["slow"]
+
+    async def ready() -> bool:
+        return True
+
+    slow, quick = Component("slow", SLEEPER, slow_ready), Component("quick", SLEEPER, ready)
+    out = io.StringIO()
+    runner = Runner([slow, quick], tmp_path / "logs", out=out, start_timeout_s=60)
+    await runner.start()
+    supervising = asyncio.create_task(runner.supervise(max_restarts=2))
+    try:
+        held["slow"] = True  # its comeback waits until it is released
+        _kill(slow)
+        await _until(lambda: "slow | exited with code -9; restarting (1 of 2" in out.getvalue())
+        first_quick = quick.process
+        _kill(quick)
+        await _until(lambda: "quick | ready again" in out.getvalue())
+        assert "quick | exited with code -9; restarting (1 of 2" in out.getvalue()
+        assert quick.process is not first_quick and quick.process.returncode is None
+        assert "slow | ready again" not in out.getvalue()
+        held["slow"] = False
+        await _until(lambda: "slow | ready again" in out.getvalue())
+        # Past its restarts within the window, a component ends supervision.
+        _kill(quick)
+        await _until(lambda: out.getvalue().count("quick | ready again") == 2)
+        _kill(quick)
+        assert await asyncio.wait_for(supervising, 20) is quick
+        assert slow.process is not None and slow.process.returncode is None
+    finally:
+        supervising.cancel()
+        await runner.stop()
+    assert all(c.process is not None and c.process.returncode is not None for c in (slow, quick))
