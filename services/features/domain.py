@@ -25,8 +25,8 @@ class Features:
         self.settings = settings
         self.user_reader = UserReader(store, settings)
         self.item_reader = ItemReader(store, settings)
-        self.event_writer = EventWriter(store, settings, self.user_reader, self.item_reader)
-        self.vectors = VectorRefresher(store, settings, self.user_reader)
+        self.event_writer = EventWriter(settings, self.user_reader, self.item_reader)
+        self.vectors = VectorRefresher(settings, self.user_reader)
 
     @property
     def catalogue(self) -> Catalogue[ItemRecord]:

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
-from feast import FeatureStore
 
 from recserve_feast.activity import Activity
 from recserve_kit.errors import InvalidArgument
@@ -24,10 +23,7 @@ from services.features.users import UserReader
 
 
 class EventWriter:
-    def __init__(
-        self, store: FeatureStore, settings: FeaturesSettings, users: UserReader, items: ItemReader
-    ) -> None:
-        self.store = store
+    def __init__(self, settings: FeaturesSettings, users: UserReader, items: ItemReader) -> None:
         self.settings = settings
         self.users = users
         self.items = items

@@ -20,7 +20,6 @@ from typing import Any
 
 import grpc
 import numpy as np
-from feast import FeatureStore
 from prometheus_client import Counter
 
 from recserve.ranker.v1 import ranker_pb2 as rpb
@@ -44,8 +43,7 @@ MAX_PENDING = 100_000  # beyond it a changed user is embedded on the way until t
 
 
 class VectorRefresher:
-    def __init__(self, store: FeatureStore, settings: FeaturesSettings, users: UserReader) -> None:
-        self.store = store
+    def __init__(self, settings: FeaturesSettings, users: UserReader) -> None:
         self.users = users
         self.timeout_s = settings.embed_timeout_s
         self.channel = (

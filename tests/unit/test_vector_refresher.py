@@ -46,7 +46,7 @@ def activity(count: int) -> dict[str, object]:
 def refresher(users: Users) -> tuple[VectorRefresher, list[list[tuple[str, int]]]]:
     """The refresher, with the ranker's EmbedUsers replaced: each call's
     (user, rating count) pairs are recorded."""
-    r = VectorRefresher(object(), FeaturesSettings(ranker_addr=""), users)  # type: ignore[arg-type]
+    r = VectorRefresher(FeaturesSettings(ranker_addr=""), users)  # type: ignore[arg-type]
     r.channel = object()  # type: ignore[assignment]
     calls: list[list[tuple[str, int]]] = []
 
