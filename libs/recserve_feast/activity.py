@@ -5,7 +5,7 @@ columns from its interactions, pipelines/dataset.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,15 +39,24 @@ class Activity:
             row["seen_item_ids"] or (),
         )
 
-    def add(self, item_id: str, rating: float) -> None:
-        """One event, newer than every one before (0: an implicit one)."""
-        self.rating_count += 1
-        if rating > 0:
-            total = self.mean_rating * self.rated + rating
-            self.rated += 1
-            self.mean_rating = total / self.rated
-        self.recent = [item_id] + [i for i in self.recent if i != item_id]
-        self.seen = [item_id] + [i for i in self.seen if i != item_id]
+    def extend(self, events: Iterable[tuple[str, float]]) -> None:
+        """Events (item id, rating; 0: an implicit one), oldest first, each
+        newer than every one before. The recent and seen lists are rebuilt
+        once for all of them, not once an event: a busy user's many events
+        in one call cost one pass over their up to 1,000 seen items."""
+        items = []
+        for item_id, rating in events:
+            items.append(item_id)
+            self.rating_count += 1
+            if rating > 0:
+                total = self.mean_rating * self.rated + rating
+                self.rated += 1
+                self.mean_rating = total / self.rated
+        # Each item once, at its newest event's place; then the older ones.
+        newest_first = list(dict.fromkeys(reversed(items)))
+        fresh = set(newest_first)
+        self.recent = newest_first + [i for i in self.recent if i not in fresh]
+        self.seen = newest_first + [i for i in self.seen if i not in fresh]
 
     def columns(self) -> dict[str, Any]:
         """The user_activity columns (Feast's feature view) for this activity."""

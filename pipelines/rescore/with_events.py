@@ -47,8 +47,7 @@ def fold(activity: pd.DataFrame, logged: LoggedEvents) -> pd.DataFrame:
             state = Activity.of(r.rating_count, r.mean_rating, r.recent_item_ids, r.seen_item_ids)
         else:
             state = Activity.of(0, 0.0, [], [])
-        for event in mine.itertuples(index=False):
-            state.add(event.item_id, float(event.rating))
+        state.extend(zip(mine["item_id"], mine["rating"].astype(float), strict=True))
         rows.append({"user_id": user_id, **state.columns()})
     updated = pd.DataFrame(rows)
     updated["rating_count"] = updated["rating_count"].astype(np.int64)

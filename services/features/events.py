@@ -69,8 +69,7 @@ class EventWriter:
         rows: dict[str, dict[str, Any]] = {}
         for user_id, current in zip(users, self.users.activity.read(users), strict=True):
             activity = Activity.from_columns(current)
-            for event in by_user[user_id]:
-                activity.add(event.item_id, event.rating)
+            activity.extend((event.item_id, event.rating) for event in by_user[user_id])
             rows[user_id] = activity.columns()
         self.users.activity.write(rows, at)
         items = self._item_stats_after(events)

@@ -14,40 +14,22 @@ current model stays, the report says why."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import grpc
 import pandas as pd
 import pytest
 
-from bench.simulate import Simulation, held_out_futures, simulate
-from recserve.recommend.v1 import events_pb2 as epb
-from recserve.recommend.v1 import events_pb2_grpc
+from bench.simulate import held_out_futures
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_model import artifacts
 from recserve_model.encoding import EncodingSpec
-from tests.delivery.traffic import rarely_failed
+from tests.delivery.cycles import GUARDED, newcomer_events, retrain, users_until_it_ends
 from tests.e2e.test_events import token
 from tests.helpers import data_dir_for_versions, poll_until
 from tests.stack import running_stack
 
-pytestmark = pytest.mark.long  # minutes: started first in parallel runs
-ROOT = Path(__file__).resolve().parents[2]
-# The latency limit is wide: what these cycles judge is what users do; a
-# stall of this shared 2-core machine put a CI run's p99 at 345 ms (median
-# 3 ms) and rolled back a good model. The trigger has tests of its own.
-GUARDED = ["--guardrail-baseline-rate", "0.5", "--guardrail-min-drop", "0.5",
-           "--steps", "50,100", "--soak-s", "1", "--min-requests", "5",
-           "--max-p99-ms", "5000"]  # fmt: skip
-
-# Lists a second: a steady shop's traffic that leaves the build most of the
-# cores (users one after another took one, and doubled the build's time);
-# the guardrail plan above decides within tens of seconds at this rate.
-USERS_PER_S = 10.0
+pytestmark = [pytest.mark.long, pytest.mark.usefixtures("no_cycle_left")]
 
 
 @pytest.fixture(scope="module")
@@ -57,50 +39,6 @@ def stack(built, tmp_path_factory):
     )
     with running_stack(data_dir) as running:
         yield running
-
-
-CYCLES: list[subprocess.Popen[str]] = []
-
-
-def retrain(stack, *args: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "recserve_stack", "retrain", *args]
-    cycle = subprocess.Popen(
-        command, env=stack.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
-    CYCLES.append(cycle)
-    return cycle
-
-
-@pytest.fixture(autouse=True)
-def no_cycle_left(stack):
-    """A test that failed mid-cycle leaves neither its cycle nor its rollout
-    to the next test (which would be refused: one cycle at a time)."""
-    yield
-    left = [cycle for cycle in CYCLES if cycle.poll() is None]
-    CYCLES.clear()
-    for cycle in left:
-        cycle.kill()
-        cycle.wait(30)
-    if left:
-        command = [sys.executable, "-m", "recserve_stack", "rollout", "abort"]
-        subprocess.run(command, env=stack.env, cwd=ROOT, capture_output=True, timeout=60)
-
-
-def newcomer_rates(stack, user: str, items: list[str], earlier: tuple[str, ...] = ()) -> None:
-    """``user`` rates ``items`` now through Envoy, and ``earlier`` an hour ago
-    (early in their history: trained on, not only held out)."""
-    token = (stack.data_dir / "auth" / "app.token").read_text().strip()
-    hour_ago = int(time.time()) - 3600
-    batch = [
-        epb.AppEvent(event_id=f"{user}-{n}", user_id=user, item_id=item, event_type="rating",
-                     value=4.0, timestamp=hour_ago if item in earlier else 0)
-        for n, item in enumerate([*earlier, *items])
-    ]  # fmt: skip
-    with grpc.insecure_channel(stack.envoy_address) as channel:
-        events = events_pb2_grpc.EventServiceStub(channel)
-        metadata = [("authorization", f"Bearer {token}")]
-        events.PushEvents(epb.PushEventsRequest(events=batch), metadata=metadata, timeout=10)
 
 
 def upserted_without_a_vector(stack, item_id: str) -> None:
@@ -115,25 +53,8 @@ def upserted_without_a_vector(stack, item_id: str) -> None:
         assert retriever.UpsertItems(request, metadata=admin, timeout=30).upserted == 1
 
 
-def users_until_it_ends(
-    stack, built, cycle: subprocess.Popen[str], prefer: str = ""
-) -> tuple[Simulation, dict]:
-    """Simulated users until the cycle ends; what they saw, and the cycle's
-    report. With ``prefer`` they click only on that version's lists, on a
-    third of its other items too: earlier cycles' users rated many of their
-    futures, which are then seen and never shown again."""
-    token = (stack.data_dir / "auth" / "app.token").read_text().strip()
-    futures = held_out_futures(built.directory.parents[1] / "raw")
-    ended = lambda _: cycle.poll() is not None  # noqa: E731
-    noise = 0.3 if prefer else 0.0
-    shown = simulate(
-        stack.envoy_address, token, futures, ended, p_noise=noise, max_s=900, prefer=prefer,
-        rate=USERS_PER_S,
-    )  # fmt: skip
-    output, _ = cycle.communicate(timeout=300)
-    assert cycle.returncode == 0, output
-    assert rarely_failed(shown), shown.failed
-    return shown, json.loads((stack.data_dir / "retrain" / "last.json").read_text())
+def movielens_futures(built) -> dict[str, set[str]]:
+    return held_out_futures(built.directory.parents[1] / "raw")
 
 
 def test_with_nothing_new_the_cycle_builds_nothing(stack):
@@ -152,7 +73,7 @@ def test_a_cycle_learns_a_new_shopper_and_the_guardrail_promotes_it(stack, built
     stable = artifacts.current(stack.data_dir).name
     items = sorted(pd.read_parquet(built.directory / "item_vectors.parquet")["item_id"])[:24]
     upserted_without_a_vector(stack, "cycle-film")
-    newcomer_rates(stack, "newcomer", items, earlier=("cycle-film",))
+    newcomer_events(stack, "newcomer", items, earlier=("cycle-film",))
     cycle = retrain(stack, *GUARDED)
     lock = stack.data_dir / "retrain" / "LOCK"
     poll_until(lambda: lock.exists() and lock.read_text().strip(), 120, 0.2, "the cycle's lock")
@@ -160,7 +81,7 @@ def test_a_cycle_learns_a_new_shopper_and_the_guardrail_promotes_it(stack, built
     refused, _ = second.communicate(timeout=120)
     assert second.returncode == 1 and "a retrain is running" in refused, refused
     # Users keep coming while it builds and rolls out; the judge decides.
-    _, report = users_until_it_ends(stack, built, cycle)
+    _, report = users_until_it_ends(stack, movielens_futures(built), cycle)
     assert report["outcome"] == "promoted", report
     version = report["version"]
     assert version != stable and artifacts.current(stack.data_dir).name == version
@@ -190,9 +111,9 @@ def test_a_cycle_learns_a_new_shopper_and_the_guardrail_promotes_it(stack, built
 def test_a_cycle_whose_candidate_users_like_less_ends_rolled_back(stack, built):
     stable = artifacts.current(stack.data_dir).name
     items = sorted(pd.read_parquet(built.directory / "item_vectors.parquet")["item_id"])[24:48]
-    newcomer_rates(stack, "second-newcomer", items)  # new data: the cycle builds a candidate
+    newcomer_events(stack, "second-newcomer", items)  # new data: the cycle builds a candidate
     cycle = retrain(stack, *GUARDED)
-    shown, report = users_until_it_ends(stack, built, cycle, prefer=stable)
+    shown, report = users_until_it_ends(stack, movielens_futures(built), cycle, prefer=stable)
     assert report["outcome"] == "rolled_back", report
     candidate = report["version"]
     assert candidate != stable and artifacts.current(stack.data_dir).name == stable
