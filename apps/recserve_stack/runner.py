@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 ReadyCheck = Callable[[], Awaitable[bool]]
 
@@ -168,8 +168,11 @@ class Runner:
         ``max_restarts`` times within ``window_s`` or could not get ready
         again: the caller stops the stack then."""
         restarts: dict[str, deque[float]] = {}
-        exits = {self._exit_of(c): c for c in self.components if c.process}
-        comebacks: dict[asyncio.Task[bool], Component] = {}
+        # A component's exit (its process's wait), or its comeback (True: ready again).
+        exits: dict[asyncio.Task[Any], Component] = {
+            self._exit_of(c): c for c in self.components if c.process
+        }
+        comebacks: dict[asyncio.Task[Any], Component] = {}
         try:
             while True:
                 done, _ = await asyncio.wait(

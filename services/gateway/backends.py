@@ -118,7 +118,6 @@ class Backends:
         ranker (and cached)."""
         if (
             user is not None
-            and self.settings.stored_vectors
             and user.vector_f32
             and self.user_vectors.usable(user.vector_version, user.user_id)
         ):

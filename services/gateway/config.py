@@ -39,21 +39,6 @@ class GatewaySettings(ServiceSettings):
         1.0, gt=0, description="Below this much budget a stage is not attempted: fallback."
     )
     candidates: int = Field(200, ge=1, le=1000, description="Retrieved before ranking.")
-    stored_vectors: bool = Field(
-        True,
-        description="Use the user's vector the features service stores for their profile "
-        "(no embed stage when it is of the user's version); false: embed on the way "
-        "(or from the cache) as before stored vectors.",
-    )
-    call_streams: int = Field(
-        4,
-        ge=0,
-        le=64,
-        description="Held streams per backend that carry the request path's calls (features, "
-        "retrieval, ranking) as frames, about half a unary call's CPU per hop; a call takes "
-        "the one with the fewest calls pending (more open only while all have some). "
-        "0: a unary call each.",
-    )
     user_vector_cache_size: int = Field(
         50_000,
         ge=0,
@@ -63,12 +48,12 @@ class GatewaySettings(ServiceSettings):
     max_in_flight: int = Field(
         64, ge=1, description="Requests served at once; past it, answered from the fallback."
     )
-    adaptive_limit: bool = Field(
-        True,
-        description="Learn the bound on requests in flight between min_in_flight and "
-        "max_in_flight from latency (AIMD); off: max_in_flight is the bound.",
+    min_in_flight: int = Field(
+        2,
+        ge=1,
+        description="The bound on requests in flight is learned from latency (AIMD) between "
+        "this and max_in_flight; equal to max_in_flight, a fixed bound.",
     )
-    min_in_flight: int = Field(2, ge=1, description="The adaptive bound never goes below this.")
     # Half the budget: at 200/s on 2 cores it halved p99 against a fixed
     # bound and served the most full answers; 30 ms cut p99 further but shed
     # more at 100/s (docs/benchmarks.md, "Overload: a fixed bound ...").

@@ -72,7 +72,7 @@ class Gateway:
         self.flows = Flows(self.backends, self.degrade)
         self.in_flight = 0
         self.limit = AdaptiveLimit(
-            settings.min_in_flight if settings.adaptive_limit else settings.max_in_flight,
+            settings.min_in_flight,
             settings.max_in_flight,
             settings.limit_target_ms / 1000,
             recovery_s=settings.limit_recovery_s,

@@ -58,8 +58,11 @@ async def backend_serving(channel: grpc.aio.Channel) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-# The request path's calls; with call_streams they go as frames on held
-# streams per backend (recserve_kit.call_stream).
+# The request path's calls go as frames on held streams per backend
+# (recserve_kit.call_stream): against a unary call each, 1.5 ms less CPU per
+# Recommend at 50/s and as many full answers at 200/s (docs/benchmarks.md,
+# "The request path's switches, settled").
+CALL_STREAMS = 4
 HOT_METHODS = {
     "features": ("recserve.features.v1.FeatureService", ("GetUserFeatures", "GetItemFeatures")),
     "retriever": ("recserve.retriever.v1.RetrieverService", ("Search", "SimilarItems", "GetItems")),
@@ -74,8 +77,7 @@ def stubs(
 ) -> tuple[Any, Any, Any, list[CallStream]]:
     """The backends' stubs. The hot methods of a backend ``hosted`` in this
     process run its handlers directly (``LocalCalls``); of the others, they
-    go on held streams when ``call_streams`` is above 0 (the streams
-    returned, to close)."""
+    go on ``CALL_STREAMS`` held streams (returned, to close)."""
     made = {
         "features": features_pb2_grpc.FeatureServiceStub(channels["features"]),
         "retriever": retriever_pb2_grpc.RetrieverServiceStub(channels["retriever"]),
@@ -88,8 +90,8 @@ def stubs(
             handlers = hosted[name].frames
             assert handlers is not None
             over_stream(made[name], LocalCalls(handlers.handlers), service, methods)
-        elif settings.call_streams:
-            stream = CallStream(channels[name], settings.call_streams)
+        else:
+            stream = CallStream(channels[name], CALL_STREAMS)
             over_stream(made[name], stream, service, methods)
             streams.append(stream)
     return made["features"], made["retriever"], made["ranker"], streams

@@ -38,14 +38,6 @@ class RankerSettings(ServiceSettings):
         description="gRPC deadline of a Triton call: a backstop only, far past "
         "triton_timeout_s, since Triton 2.51 can crash on cancelled requests.",
     )
-    triton_streams: int = Field(
-        4,
-        ge=0,
-        le=64,
-        description="Held ModelStreamInfer streams that carry inferences (unsampled, untimed "
-        "ones), about half a unary call's CPU; more open only while all have calls pending. "
-        "0: a unary ModelInfer each.",
-    )
     max_abandoned_calls: int = Field(
         64,
         ge=1,

@@ -3,7 +3,7 @@
 Inference requests are Triton's own protobuf (``ModelInferRequest``) with
 the tensors as raw bytes, sent on one persistent channel: tritonclient's
 per-call request builder and result wrapper cost more than the call itself.
-They go on one held ``ModelStreamInfer`` stream, matched to their answers by
+They go on held ``ModelStreamInfer`` streams, matched to their answers by
 request id (a unary call's stream setup costs about half of a hop's CPU,
 docs/benchmarks.md "Held call streams"; Triton's dynamic batcher takes a
 stream's requests as any others). Two kinds go as unary calls instead: a
@@ -34,6 +34,10 @@ from services.ranker.config import RankerSettings
 
 log = logging.getLogger(__name__)
 BACKSTOP_GRACE_S = 0.25
+# Held streams for inferences; more open only while all have calls pending.
+# Against a unary call each: 0.5 ms less CPU per Recommend at 50/s
+# (docs/benchmarks.md, "The request path's switches, settled").
+TRITON_STREAMS = 4
 Tensor = tuple[str, np.ndarray]
 DATATYPES = {np.dtype(np.int64): "INT64", np.dtype(np.float32): "FP32"}
 KEEPALIVE = KeepAliveOptions(
@@ -102,8 +106,7 @@ class TritonClient:
         self.stream = StreamCalls(
             self.infer_stub.ModelStreamInfer,
             lambda answer: answer.infer_response.id,
-            # Opens nothing until used: with 0 streams every call is unary.
-            max(settings.triton_streams, 1),
+            TRITON_STREAMS,
         )
         self._ids = itertools.count(1)
         self.abandoned_unary = 0  # unary calls still running that nobody waits for
@@ -131,7 +134,7 @@ class TritonClient:
         request = infer_request(model, version, inputs, output)
         # Triton continues the caller's trace, for sampled requests only (it
         # traces whatever carries a context).
-        if self.settings.triton_streams and track is None and not is_sampled():
+        if track is None and not is_sampled():
             return await self._streamed(model, request, timeout_s)
         return await self._unary(model, request, outbound_metadata(), timeout_s, track)
 
