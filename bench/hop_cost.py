@@ -30,7 +30,8 @@ from bench.cpu_profile import cpu_seconds, stack_processes
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
 from recserve_kit import transport
-from recserve_kit.call_stream import CallStream, over_stream
+from recserve_kit.call_stream import CallStream
+from recserve_kit.clients import client
 from recserve_kit.transport import Tls
 from recserve_model.encoding import HISTORY_LEN
 
@@ -89,8 +90,8 @@ async def framed_or_unary(
     async with transport.aio_channel(address, tls) as channel:
         unary = features_pb2_grpc.FeatureServiceStub(channel)
         stream = CallStream(channel)
-        framed = over_stream(
-            features_pb2_grpc.FeatureServiceStub(channel), stream, service, ["GetItemFeatures"]
+        framed = client(
+            features_pb2_grpc.FeatureServiceStub, channel, service, stream, ["GetItemFeatures"]
         )
         try:
             return {

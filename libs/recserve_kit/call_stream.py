@@ -13,8 +13,9 @@ kit builds, ``CallStreamServicer``) runs the very handler a unary call to
 that method would run, with the same wrapper (errors, span, metric, token
 checks), and answers with the response bytes or the status, in any order.
 
-To the caller nothing changes: ``over_stream`` swaps a generated stub's
-methods for ones that take the same arguments and raise the same
+To the caller nothing changes: a ``recserve_kit.clients.Client`` carries
+a service's named methods on a ``CallStream``, called with the same
+arguments as the generated stub's and raising the same
 ``grpc.aio.AioRpcError`` (DEADLINE_EXCEEDED when the deadline passes,
 UNAVAILABLE when the stream breaks; the next call opens a new one).
 ``StreamCalls`` is the part any held stream can use (Triton's own
@@ -29,10 +30,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import grpc
-from google.protobuf import descriptor_pool, message_factory
 
 from recserve.calls.v1 import calls_pb2 as cpb
 from recserve_kit.rpc import INTERNAL_MESSAGE
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 SERVICE = "recserve.calls.v1.CallStreamService"
 METHOD = f"/{SERVICE}/Calls"
-Stub = TypeVar("Stub")
 # Streams held per channel at most; more open only while all have calls pending.
 STREAMS = 4
 
@@ -359,21 +358,3 @@ class CallStream:
 
     def close(self) -> None:
         self.calls.close()
-
-
-class UnaryCalls(Protocol):
-    def unary(self, method: str, response_class: Any) -> Callable[..., Awaitable[Any]]: ...
-
-
-def over_stream(stub: Stub, stream: UnaryCalls, full_service: str, methods: Iterable[str]) -> Stub:
-    """``stub`` with ``methods`` (unary methods of ``full_service``) sent as
-    frames on ``stream`` (or run in this process, ``LocalCalls``); its other
-    methods stay unary calls."""
-    descriptor = descriptor_pool.Default().FindServiceByName(full_service)
-    for name in methods:
-        method = descriptor.methods_by_name[name]
-        if method.client_streaming or method.server_streaming:
-            raise ValueError(f"{full_service}/{name} streams: only unary methods go as frames")
-        response_class = message_factory.GetMessageClass(method.output_type)
-        setattr(stub, name, stream.unary(f"/{full_service}/{name}", response_class))
-    return stub

@@ -10,8 +10,8 @@ checks), and the caller sees the same thing: the reply message, or
 DEADLINE_EXCEEDED when ``timeout`` passes (the handler is cancelled, as a
 server cancels a call whose deadline passed).
 
-``LocalCalls.unary`` has the shape of ``CallStream.unary``, so ``over_stream``
-puts either under a generated stub's hot methods.
+``LocalCalls.unary`` has the shape of ``CallStream.unary``, so a
+``recserve_kit.clients.Client`` carries its named methods on either.
 """
 
 from __future__ import annotations

@@ -14,11 +14,9 @@ import numpy as np
 from cachetools import TTLCache
 
 from recserve.features.v1 import features_pb2 as fpb
-from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2 as rpb
-from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as qpb
-from recserve.retriever.v1 import retriever_pb2_grpc
+from recserve_kit.clients import Client
 from recserve_kit.tracing import outbound_metadata
 from recserve_model.catalogue import AttributeFilter
 from services.gateway.config import GatewaySettings
@@ -28,6 +26,14 @@ from services.gateway.user_vectors import UserVectors
 
 DESCRIBE_TIMEOUT_S = 0.01  # titles the live catalogue lacks: worth a short wait only
 STORED_TTL_S = 60.0  # an upserted item's description, as the retriever stores it
+# The methods below that run on every request: carried as frames on held
+# streams, or in-process where the backend is hosted by the gateway's own
+# process (services/gateway/server.py: clients); the rest are unary calls.
+CARRIED = {
+    "features": ("recserve.features.v1.FeatureService", ("GetUserFeatures", "GetItemFeatures")),
+    "retriever": ("recserve.retriever.v1.RetrieverService", ("Search", "SimilarItems", "GetItems")),
+    "ranker": ("recserve.ranker.v1.RankerService", ("EmbedUser", "Score")),
+}
 
 
 @dataclass(frozen=True)
@@ -85,9 +91,9 @@ class Backends:
     def __init__(
         self,
         settings: GatewaySettings,
-        features: features_pb2_grpc.FeatureServiceStub,
-        retriever: retriever_pb2_grpc.RetrieverServiceStub,
-        ranker: ranker_pb2_grpc.RankerServiceStub,
+        features: Client,
+        retriever: Client,
+        ranker: Client,
     ) -> None:
         self.settings = settings
         self.features = features

@@ -18,10 +18,8 @@ from collections.abc import Awaitable, Callable
 from opentelemetry import trace
 from prometheus_client import Counter, Gauge, Histogram
 
-from recserve.features.v1 import features_pb2_grpc
-from recserve.ranker.v1 import ranker_pb2_grpc
-from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit import attributes as attr
+from recserve_kit.clients import Client
 from recserve_kit.deadlines import Deadline
 from recserve_kit.errors import InvalidArgument
 from services.gateway.backends import Backends
@@ -57,9 +55,9 @@ class Gateway:
     def __init__(
         self,
         settings: GatewaySettings,
-        features: features_pb2_grpc.FeatureServiceStub,
-        retriever: retriever_pb2_grpc.RetrieverServiceStub,
-        ranker: ranker_pb2_grpc.RankerServiceStub,
+        features: Client,
+        retriever: Client,
+        ranker: Client,
         popular: PopularItems,
         descriptions: ItemDescriptions | None = None,
         segments: SegmentLists | None = None,

@@ -24,7 +24,7 @@ import grpc
 from prometheus_client import Counter
 
 from recserve.features.v1 import features_pb2 as fpb
-from recserve.features.v1 import features_pb2_grpc
+from recserve_kit.clients import Client
 from recserve_kit.tracing import outbound_metadata
 
 ONLINE = Counter(
@@ -47,7 +47,7 @@ Metadata = tuple[tuple[str, str], ...]
 class OnlineUpdates:
     def __init__(
         self,
-        features: features_pb2_grpc.FeatureServiceStub | None,
+        features: Client | None,
         max_batch: int = MERGED_EVENTS,
         max_queued: int = 100_000,
     ) -> None:

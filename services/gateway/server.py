@@ -6,7 +6,6 @@ import asyncio
 import functools
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -15,13 +14,15 @@ from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit import transport
-from recserve_kit.call_stream import CallStream, over_stream
+from recserve_kit.call_stream import CallStream
+from recserve_kit.clients import Client, client
 from recserve_kit.health import DependencyProbe
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.jsonl_log import JsonlLog
 from recserve_kit.local_calls import LocalCalls
 from recserve_kit.server import Registration, Service, build_server
 from recserve_model.artifacts import ArtifactError
+from services.gateway.backends import CARRIED
 from services.gateway.config import GatewaySettings
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.domain import Gateway
@@ -58,43 +59,37 @@ async def backend_serving(channel: grpc.aio.Channel) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-# The request path's calls go as frames on held streams per backend
-# (recserve_kit.call_stream): against a unary call each, 1.5 ms less CPU per
-# Recommend at 50/s and as many full answers at 200/s (docs/benchmarks.md,
-# "The request path's switches, settled").
+# The request path's calls (``backends.CARRIED``) go as frames on held
+# streams per backend (recserve_kit.call_stream): against a unary call each,
+# 1.5 ms less CPU per Recommend at 50/s and as many full answers at 200/s
+# (docs/benchmarks.md, "The request path's switches, settled").
 CALL_STREAMS = 4
-HOT_METHODS = {
-    "features": ("recserve.features.v1.FeatureService", ("GetUserFeatures", "GetItemFeatures")),
-    "retriever": ("recserve.retriever.v1.RetrieverService", ("Search", "SimilarItems", "GetItems")),
-    "ranker": ("recserve.ranker.v1.RankerService", ("EmbedUser", "Score")),
+STUBS = {
+    "features": features_pb2_grpc.FeatureServiceStub,
+    "retriever": retriever_pb2_grpc.RetrieverServiceStub,
+    "ranker": ranker_pb2_grpc.RankerServiceStub,
 }
 
 
-def stubs(
-    settings: GatewaySettings,
-    channels: dict[str, grpc.aio.Channel],
-    hosted: Mapping[str, Service] | None = None,
-) -> tuple[Any, Any, Any, list[CallStream]]:
-    """The backends' stubs. The hot methods of a backend ``hosted`` in this
-    process run its handlers directly (``LocalCalls``); of the others, they
+def clients(
+    channels: dict[str, grpc.aio.Channel], hosted: Mapping[str, Service] | None = None
+) -> tuple[dict[str, Client], list[CallStream]]:
+    """The backends' clients. Their request-path methods run the handlers
+    of a backend ``hosted`` in this process directly (``LocalCalls``), or
     go on ``CALL_STREAMS`` held streams (returned, to close)."""
-    made = {
-        "features": features_pb2_grpc.FeatureServiceStub(channels["features"]),
-        "retriever": retriever_pb2_grpc.RetrieverServiceStub(channels["retriever"]),
-        "ranker": ranker_pb2_grpc.RankerServiceStub(channels["ranker"]),
-    }
     hosted = hosted or {}
-    streams = []
-    for name, (service, methods) in HOT_METHODS.items():
+    made, streams = {}, []
+    for name, (service, methods) in CARRIED.items():
+        calls: CallStream | LocalCalls
         if name in hosted:
             handlers = hosted[name].frames
             assert handlers is not None
-            over_stream(made[name], LocalCalls(handlers.handlers), service, methods)
+            calls = LocalCalls(handlers.handlers)
         else:
-            stream = CallStream(channels[name], CALL_STREAMS)
-            over_stream(made[name], stream, service, methods)
-            streams.append(stream)
-    return made["features"], made["retriever"], made["ranker"], streams
+            calls = CallStream(channels[name], CALL_STREAMS)
+            streams.append(calls)
+        made[name] = client(STUBS[name], channels[name], service, calls, methods)
+    return made, streams
 
 
 def create_gateway(
@@ -110,8 +105,11 @@ def create_gateway(
     segments.reload()
     descriptions = ItemDescriptions()
     watch = ItemWatch(channels["features"], descriptions.replace, descriptions.update)
-    features, retriever, ranker, streams = stubs(settings, channels, hosted)
-    gateway = Gateway(settings, features, retriever, ranker, popular, descriptions, segments)
+    made, streams = clients(channels, hosted)
+    gateway = Gateway(
+        settings, made["features"], made["retriever"], made["ranker"], popular, descriptions,
+        segments,
+    )  # fmt: skip
     return gateway, watch, streams
 
 

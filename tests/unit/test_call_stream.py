@@ -9,7 +9,8 @@ import pytest
 
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
-from recserve_kit.call_stream import CallStream, over_stream
+from recserve_kit.call_stream import CallStream
+from recserve_kit.clients import client
 from recserve_kit.config import ServiceSettings
 from recserve_kit.errors import InvalidArgument, NotFound
 from recserve_kit.server import Registration, Service, build_server
@@ -56,8 +57,8 @@ async def started(name: str) -> tuple[Features, Service, grpc.aio.Channel]:
 async def served():
     features, service, channel = await started("test")
     stream = CallStream(channel)
-    stub = over_stream(
-        features_pb2_grpc.FeatureServiceStub(channel), stream, SERVICE, ["GetUserFeatures"]
+    stub = client(
+        features_pb2_grpc.FeatureServiceStub, channel, SERVICE, stream, ["GetUserFeatures"]
     )
     try:
         yield service, features, stub, channel
@@ -78,6 +79,21 @@ async def test_answers_arrive_each_to_its_caller_in_any_order(served):
     assert [r.user.user_id for r in replies] == users
     # Frames, not a unary call each: every handler ran with a frame's context.
     assert features.peers == ["call-stream"] * len(users)
+
+
+async def test_a_client_carries_only_the_methods_it_names(served):
+    """The named method goes as a frame; any other is the generated stub's
+    unary call; the generated stub itself is left as generated."""
+    _, features, stub, channel = served
+    assert set(stub.carried) == {"GetUserFeatures"}
+    assert stub.stub.GetUserFeatures is not stub.GetUserFeatures
+    await stub.stub.GetUserFeatures(ask("plain"), timeout=2)
+    await stub.GetUserFeatures(ask("framed"), timeout=2)
+    assert features.peers[-2] != "call-stream" and features.peers[-1] == "call-stream"
+    unary_only = client(features_pb2_grpc.FeatureServiceStub, channel, SERVICE)
+    assert not unary_only.carried
+    await unary_only.GetUserFeatures(ask("unary"), timeout=2)
+    assert features.peers[-1] != "call-stream"
 
 
 async def test_statuses_are_those_of_unary_calls(served):
@@ -146,8 +162,8 @@ async def test_a_server_that_goes_away_fails_pending_calls_then_is_used_again():
     port = service.port
     channel = grpc.aio.insecure_channel(service.address)
     stream = CallStream(channel)
-    stub = over_stream(
-        features_pb2_grpc.FeatureServiceStub(channel), stream, SERVICE, ["GetUserFeatures"]
+    stub = client(
+        features_pb2_grpc.FeatureServiceStub, channel, SERVICE, stream, ["GetUserFeatures"]
     )
     try:
         assert (await stub.GetUserFeatures(ask("a"), timeout=2)).user.found
@@ -179,10 +195,11 @@ async def test_a_server_that_goes_away_fails_pending_calls_then_is_used_again():
 async def test_a_streaming_method_cannot_go_as_frames(served):
     _, _, _, channel = served
     with pytest.raises(ValueError, match="only unary methods"):
-        over_stream(
-            features_pb2_grpc.FeatureServiceStub(channel),
-            CallStream(channel),
+        client(
+            features_pb2_grpc.FeatureServiceStub,
+            channel,
             SERVICE,
+            CallStream(channel),
             ["WatchItemFeatures"],
         )
 
@@ -190,8 +207,8 @@ async def test_a_streaming_method_cannot_go_as_frames(served):
 async def test_calls_spread_over_the_streams_only_when_one_is_busy(served):
     _, _, _, channel = served
     stream = CallStream(channel, streams=3)
-    stub = over_stream(
-        features_pb2_grpc.FeatureServiceStub(channel), stream, SERVICE, ["GetUserFeatures"]
+    stub = client(
+        features_pb2_grpc.FeatureServiceStub, channel, SERVICE, stream, ["GetUserFeatures"]
     )
     try:
         await stub.GetUserFeatures(ask("a"), timeout=2)

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
-from recserve_kit.call_stream import over_stream
+from recserve_kit.clients import client
 from recserve_kit.local_calls import LocalCalls
 from recserve_kit.tracing import TRACEPARENT
 from tests.unit.test_call_stream import SERVICE, TRACE, ask, started
@@ -21,10 +21,11 @@ from tests.unit.test_call_stream import SERVICE, TRACE, ask, started
 async def hosted():
     features, service, channel = await started("local-test")
     assert service.frames is not None
-    local = over_stream(
-        features_pb2_grpc.FeatureServiceStub(channel),
-        LocalCalls(service.frames.handlers),
+    local = client(
+        features_pb2_grpc.FeatureServiceStub,
+        channel,
         SERVICE,
+        LocalCalls(service.frames.handlers),
         ["GetUserFeatures"],
     )
     try:

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from recserve.features.v1 import features_pb2, features_pb2_grpc
 from recserve_kit import transport
-from recserve_kit.call_stream import CallStream, over_stream
+from recserve_kit.call_stream import CallStream
+from recserve_kit.clients import client
 from recserve_kit.config import ServiceSettings
 from recserve_kit.server import Registration, build_server
 from recserve_kit.transport import Tls
@@ -112,8 +113,8 @@ async def test_admin_rpcs_verify_the_token_inside_the_service(secured, secrets, 
         stream = CallStream(channel)
         unary = features_pb2_grpc.FeatureServiceStub(channel)
         # The same checks for a call sent as a frame on a held stream.
-        framed = over_stream(
-            features_pb2_grpc.FeatureServiceStub(channel), stream, SERVICE, ["PushUserEvents"]
+        framed = client(
+            features_pb2_grpc.FeatureServiceStub, channel, SERVICE, stream, ["PushUserEvents"]
         )
         for how, stub in (("unary", unary), ("frame", framed)):
             for what, header in tokens.items():
