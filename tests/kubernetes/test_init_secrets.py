@@ -1,7 +1,8 @@
 """The init Job's Secrets (infra/kubernetes/base/init/secrets.py) against a
 stand-in API server on loopback: publish applies one Secret per consumer
 with only its files, a rerun restores the CA so `recserve_stack keys`
-renews nothing, and every Secret the manifests mount is one it writes."""
+renews nothing, and every Secret the manifests mount is one it writes; the
+keys CronJobs run the same steps, a rotation then restarting Envoy."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from recserve_stack import auth, pki
-from tests.kubernetes.manifests import K8S, OVERLAYS, containers, objects, of_kind, pods
+from tests.kubernetes.manifests import K8S, OVERLAYS, containers, objects, of_kind, pod, pods
 
 SCRIPT = K8S / "base" / "init" / "secrets.py"
 
@@ -216,7 +217,7 @@ def test_every_mounted_secret_is_one_the_job_writes_with_those_keys(overlay):
     (role,) = [
         r for r in of_kind(docs, "Role").values() if r["metadata"]["name"] == "recserve-init"
     ]
-    (named,) = [rule for rule in role["rules"] if "resourceNames" in rule]
+    (named,) = [r for r in role["rules"] if "resourceNames" in r and r["resources"] == ["secrets"]]
     assert set(named["resourceNames"]) == set(written) and set(named["verbs"]) == {"get", "patch"}
     # What Triton's start script and Envoy's config read is in their Secrets.
     assert {"triton.pem", "triton.key", "ca.pem", "triton-control.secret"} == set(
@@ -278,3 +279,68 @@ def test_the_job_runs_restore_keys_build_publish_in_that_order():
         assert ("/keys" in mounts) == (c["name"] in ("restore-keys", "keys", "publish-secrets"))
     script = volumes["scripts"]["configMap"]["name"]
     assert of_kind(docs, "ConfigMap")[script]["data"]["secrets.py"] == SCRIPT.read_text()
+
+
+def steps(spec: dict) -> list[str]:
+    return [" ".join(c["command"]) for c in containers(spec)]
+
+
+def test_the_keys_cronjobs_run_the_init_jobs_key_steps_and_a_rotation_restarts_envoy():
+    docs = objects("cpu")
+    init = steps(pod(docs, "recserve-init").spec)
+    restore, ensure, publish = init[0], init[1], init[-1]
+    nightly, rotation = pod(docs, "recserve-keys"), pod(docs, "recserve-keys-rotate")
+    assert steps(nightly.spec) == [restore, ensure, publish]  # tokens renewed when due
+    assert steps(rotation.spec) == [
+        restore,
+        "python -m recserve_stack keys rotate --data-dir /keys",
+        publish,
+        "python /opt/recserve/init/secrets.py restart envoy",
+    ]
+    crons = of_kind(docs, "CronJob")
+    assert crons["recserve-keys-rotate"]["spec"]["suspend"] is True  # an operator runs it
+    assert not crons["recserve-keys"]["spec"].get("suspend")
+    for job in (nightly, rotation):
+        volumes = {v["name"]: v for v in job.spec["volumes"]}
+        assert volumes["keys"]["emptyDir"]["medium"] == "Memory" and "data" not in volumes
+        assert job.spec["serviceAccountName"] == "recserve-init"
+    rules = of_kind(docs, "Role")["recserve-init"]["rules"]
+    restart = {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}
+    assert [{**restart, "resourceNames": ["envoy"]}] == [
+        r for r in rules if r["resources"] == ["deployments"]
+    ]
+    assert "envoy" in of_kind(docs, "Deployment")
+
+
+def test_a_rotation_as_the_cronjob_runs_it_publishes_new_tokens_and_restarts_envoy(api, tmp_path):
+    """Restore into an empty volume, `keys rotate`, publish, restart Envoy,
+    against the stand-in API server: new tokens in the Secret, the old ones
+    still valid with the published key set, Envoy's pods rolled."""
+    from typer.testing import CliRunner
+
+    from recserve_kit.admin import APP_AUDIENCE, AUDIENCE, AdminTokens
+    from recserve_stack.keys_cli import app
+
+    script = load()
+    keys(tmp_path / "init")
+    assert script.main(["publish", str(tmp_path / "init"), *api]) == 0
+    volume = tmp_path / "rotation"  # the CronJob pod's memory volume
+    assert script.main(["restore", str(volume), *api]) == 0
+    rotated = CliRunner().invoke(app, ["rotate", "--data-dir", str(volume)])
+    assert rotated.exit_code == 0, rotated.output
+    assert script.main(["publish", str(volume), *api]) == 0
+    assert script.main(["restart", "envoy", *api]) == 0
+    admin = {k: base64.b64decode(v) for k, v in FakeApi.store["recserve-admin"]["data"].items()}
+    jwks = tmp_path / "published-jwks.json"
+    jwks.write_bytes(base64.b64decode(FakeApi.store["recserve-jwks"]["data"]["jwks.json"]))
+    for name, audience in (("admin.token", AUDIENCE), ("app.token", APP_AUDIENCE)):
+        old = (tmp_path / "init" / "auth" / name).read_text().strip()
+        new = admin[name].decode().strip()
+        assert new != old
+        for token in (old, new):  # no downtime: both verify until `keys revoke`
+            AdminTokens(jwks, audience).verify([("authorization", f"Bearer {token}")])
+    method, path, _, kind = FakeApi.seen[-1]
+    assert (method, path) == ("PATCH", "/apis/apps/v1/namespaces/recserve/deployments/envoy")
+    assert kind == "application/strategic-merge-patch+json"
+    template = FakeApi.store["envoy"]["spec"]["template"]["metadata"]
+    assert template["annotations"]["kubectl.kubernetes.io/restartedAt"].endswith("Z")

@@ -30,7 +30,7 @@ from tests.kubernetes.manifests import (
 )
 
 ANYONE = "*"
-API_CALLERS = {"restore-keys", "publish-secrets", "rescore", "prometheus"}
+API_CALLERS = {"restore-keys", "publish-secrets", "restart-envoy", "rescore", "prometheus"}
 
 
 @pytest.fixture(scope="module", params=OVERLAYS)

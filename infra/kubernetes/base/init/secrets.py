@@ -2,6 +2,7 @@
 
     python secrets.py restore DIR   # the Secrets that exist -> DIR/tls, DIR/auth
     python secrets.py publish DIR   # DIR/tls, DIR/auth -> one Secret per consumer
+    python secrets.py restart envoy # roll a Deployment's pods (after a key rotation)
 
 Between the two the Job runs `python -m recserve_stack keys DIR/auth
 --tls-dir DIR/tls`, as Compose's init does on its volume: restored first,
@@ -18,6 +19,10 @@ tls.key, ca.crt, cert-manager's keys). The Job writes a pair from the stack's
 CA there unless another manager (cert-manager) owns that Secret: then it is
 left to its owner, and `keys` leaves the restored copy as it is.
 
+The nightly and the rotating CronJobs (keys.yaml) run the same steps; a
+rotation then restarts Envoy, which reads the key set only at start, as
+`kubectl rollout restart` does (the pod template's restartedAt annotation).
+
 Standard library only: it runs in the pipelines image with the pod's
 service account token (server-side apply, so a rerun is an update).
 """
@@ -32,6 +37,7 @@ import os
 import re
 import ssl
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -48,6 +54,7 @@ SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 ADMIN_SECRET = "recserve-admin"
 PRIVATE_KEYS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.pem")
 FIELD_MANAGER = "recserve-init"
+RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # the annotation kubectl's restart sets
 LABELS = {"app.kubernetes.io/part-of": "recserve", "app.kubernetes.io/managed-by": FIELD_MANAGER}
 
 
@@ -146,6 +153,14 @@ class Api:
         body = json.dumps(manifest).encode()
         self.call("PATCH", self.secret_path(name) + query, body, "application/apply-patch+yaml")
 
+    def restart(self, deployment: str) -> None:
+        """Rolls ``deployment``'s pods, as `kubectl rollout restart` does."""
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{deployment}"
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patch = {"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}}}
+        body = json.dumps(patch).encode()
+        self.call("PATCH", path, body, "application/strategic-merge-patch+json")
+
 
 def _write_private(path: Path, content: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -207,18 +222,21 @@ def publish(api: Api, directory: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="secrets.py", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["restore", "publish"])
-    parser.add_argument("directory", type=Path)
+    parser.add_argument("action", choices=["restore", "publish", "restart"])
+    parser.add_argument("target", help="the keys' directory; for restart, a Deployment")
     parser.add_argument("--api", default="", help="API server URL; default: in-cluster")
     parser.add_argument("--service-account-dir", type=Path, default=SERVICE_ACCOUNT)
     args = parser.parse_args(argv)
     api = Api.in_cluster(args.service_account_dir, args.api)
     try:
         if args.action == "restore":
-            names = restore(api, args.directory)
+            names = restore(api, Path(args.target))
             print(f"restored {len(names)} Secrets: {', '.join(names) or 'none (first run)'}")
+        elif args.action == "restart":
+            api.restart(args.target)
+            print(f"deployment/{args.target}: restarting")
         else:
-            names = publish(api, args.directory)
+            names = publish(api, Path(args.target))
             print(f"applied {len(names)} Secrets: {', '.join(names)}")
     except (OSError, binascii.Error) as error:
         print(f"{args.action}: {error}", file=sys.stderr)
