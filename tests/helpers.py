@@ -286,3 +286,16 @@ def brand_and_price(source: Any) -> tuple[recommend_pb2.ItemFilter, Callable[[st
         return row["brand"] in brands and low <= row["price"] <= high
 
     return recommend_pb2.ItemFilter(attributes=conditions), meets
+
+
+def built_shop(root: Path, seed: int) -> tuple[Path, Path]:
+    """A small generated shop whose shoppers buy their staples again (400
+    products, 300 shoppers, 60,000 events), built through the pipeline and
+    its gate (QualityGateError below every baseline): (dataset, data dir)."""
+    from pipelines.build import build
+    from pipelines.shop import ShopSize, write_shop
+
+    size = ShopSize(items=400, users=300, events=60_000, repeat=True)
+    dataset = write_shop(root / "dataset", size, seed=seed)
+    build(root / "data", dataset_dir=dataset)
+    return dataset, root / "data"

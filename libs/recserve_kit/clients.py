@@ -48,12 +48,11 @@ class Client:
                 raise ValueError(f"{service}/{name} streams: only unary methods are carried")
             response_class = message_factory.GetMessageClass(method.output_type)
             self.carried[name] = calls.unary(f"/{service}/{name}", response_class)
+        # Found by plain attribute lookup on every call, as a stub's are.
+        self.__dict__.update(self.carried)
 
     def __getattr__(self, name: str) -> Any:
-        # Reached only for names the instance lacks: the service's methods.
-        carried = self.__dict__.get("carried", {})
-        if name in carried:
-            return carried[name]
+        # Reached only for names the instance lacks: the stub's unary methods.
         return getattr(self.__dict__["stub"], name)
 
 

@@ -21,9 +21,7 @@ import pandas as pd
 import pytest
 
 from bench.simulate import held_out_futures, rating_type
-from pipelines.build import build
 from pipelines.dataset import artifact_dataset
-from pipelines.shop import ShopSize, write_shop
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_data import load
@@ -31,7 +29,7 @@ from recserve_model import artifacts
 from recserve_model.encoding import EncodingSpec
 from tests.delivery.cycles import GUARDED, newcomer_events, retrain, users_until_it_ends
 from tests.e2e.test_events import token
-from tests.helpers import a_shopper
+from tests.helpers import a_shopper, built_shop
 from tests.stack import running_stack
 
 pytestmark = [pytest.mark.long, pytest.mark.usefixtures("no_cycle_left")]
@@ -42,16 +40,12 @@ NOISE = 0.1  # each other product shown is clicked with this chance
 
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory):
-    root = tmp_path_factory.mktemp("shop-cycles")
     # Staples bought again (`repeat: true`): the served list then leads every
     # baseline by far. Without them the list is the item-to-item source,
     # within noise of EASE on a shop this small, and a night's candidate
     # passed the gate or not by the simulated clicks it happened to learn
     # (0.3821 against 0.3827, refused, in one clean-clone run).
-    size = ShopSize(items=400, users=300, events=60_000, repeat=True)
-    dataset = write_shop(root / "dataset", size, seed=11)
-    data_dir = root / "data"
-    build(data_dir, dataset_dir=dataset)  # through the gate, or QualityGateError
+    dataset, data_dir = built_shop(tmp_path_factory.mktemp("shop-cycles"), seed=11)
     with running_stack(data_dir) as stack:
         yield stack, load(dataset), dataset
 

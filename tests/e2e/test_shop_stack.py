@@ -17,8 +17,6 @@ import pandas as pd
 import pytest
 
 from bench.quality import compare
-from pipelines.build import build
-from pipelines.shop import ShopSize, write_shop
 from recserve.features.v1 import features_pb2 as fpb
 from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2 as rpb
@@ -29,7 +27,7 @@ from recserve_data import load
 from recserve_model import artifacts
 from recserve_model import segments as segment
 from recserve_model.encoding import EncodingSpec
-from tests.helpers import a_shopper, brand_and_price, full_answer, poll_until
+from tests.helpers import a_shopper, brand_and_price, built_shop, full_answer, poll_until
 from tests.stack import running_stack
 
 pytestmark = pytest.mark.local_stack_only
@@ -37,11 +35,7 @@ pytestmark = pytest.mark.local_stack_only
 
 @pytest.fixture(scope="module")
 def shop(tmp_path_factory):
-    root = tmp_path_factory.mktemp("shop-stack")
-    size = ShopSize(items=400, users=300, events=60_000, repeat=True)
-    dataset = write_shop(root / "dataset", size, seed=3)
-    data_dir = root / "data"
-    build(data_dir, dataset_dir=dataset)  # refused (QualityGateError) below every baseline
+    dataset, data_dir = built_shop(tmp_path_factory.mktemp("shop-stack"), seed=3)
     with running_stack(data_dir) as stack:
         channel = grpc.insecure_channel(stack.envoy_address)
         yield stack, recommend_pb2_grpc.RecommendServiceStub(channel), load(dataset)
