@@ -36,6 +36,7 @@ ReadyCheck = Callable[[], Awaitable[bool]]
 _WATCH_PARENT = '[ "$PPID" = "$RECSERVE_RUNNER_PID" ] || exit 70; exec "$@"'
 
 LOG_MAX_BYTES = 64 << 20  # each component's log, in <data_dir>/logs
+EXIT_POLL_S = 0.1  # how often supervision looks for a component's exit code
 
 
 def _with_parent_death_signal(argv: list[str]) -> list[str]:
@@ -197,8 +198,19 @@ class Runner:
 
     @staticmethod
     def _exit_of(component: Component) -> asyncio.Task[int]:
-        assert component.process is not None
-        return asyncio.create_task(component.process.wait())
+        return asyncio.create_task(Runner._exited(component))
+
+    @staticmethod
+    async def _exited(component: Component) -> int:
+        """The component's exit code once its process has exited. Not
+        ``process.wait()``: that also waits until every holder of its stdout
+        has closed it, and Triton's python-backend stubs outlive a killed
+        Triton (its restart waited on them, for minutes on a busy host)."""
+        process = component.process
+        assert process is not None
+        while process.returncode is None:
+            await asyncio.sleep(EXIT_POLL_S)
+        return process.returncode
 
     def _may_restart(
         self,

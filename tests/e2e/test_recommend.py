@@ -458,7 +458,13 @@ def test_a_crashed_triton_is_restarted_and_full_answers_return(stack, stub):
     stack.kill("bin/tritonserver")
     reply = stub.Recommend(pb.RecommendRequest(user_id="42", k=10), timeout=2)
     assert len(reply.items) == 10  # an answer while Triton is away
-    poll_until(lambda: stack.restarts() > restarts, 60, 0.5, "Triton to be restarted")
+    try:
+        poll_until(lambda: stack.restarts() > restarts, 60, 0.5, "Triton to be restarted")
+    except AssertionError as late:
+        runner = stack.output().splitlines() if stack.kind == "local" else []
+        said = [line for line in runner if "triton" in line.lower()]
+        lines = "\n".join(said[-30:])
+        raise AssertionError(f"{late}; the runner's last lines on Triton:\n{lines}") from None
     if stack.kind == "local":
         poll_until(lambda: "triton | ready again" in stack.output(), 180, 0.5, "Triton ready")
         assert "triton | exited with code -9; restarting (1 of 5" in stack.output()

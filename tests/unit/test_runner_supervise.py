@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 
+import psutil
+
 from recserve_stack.runner import Component, Runner
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -62,3 +64,30 @@ async def test_a_component_that_dies_while_another_comes_back_is_restarted_at_on
         supervising.cancel()
         await runner.stop()
     assert all(c.process is not None and c.process.returncode is not None for c in (slow, quick))
+
+
+async def test_a_component_whose_children_outlive_it_is_restarted_at_once(tmp_path):
+    """Triton's python-backend stubs hold its stdout after Triton is killed:
+    its exit is noticed by its exit code, not when the last holder of its
+    output closes it, and the restart ends the children it left behind."""
+
+    async def ready() -> bool:
+        return True
+
+    parent = Component("parent", ["sh", "-c", "sleep 600 & exec sleep 600"], ready)
+    out = io.StringIO()
+    runner = Runner([parent], tmp_path / "logs", out=out, start_timeout_s=60)
+    await runner.start()
+    supervising = asyncio.create_task(runner.supervise())
+    try:
+        assert parent.process is not None
+        leader = psutil.Process(parent.process.pid)
+        await _until(lambda: len(leader.children()) == 1)
+        left_behind = leader.children()[0]
+        _kill(parent)
+        await _until(lambda: "parent | ready again" in out.getvalue())
+        assert "parent | exited with code -9; restarting (1 of 5" in out.getvalue()
+        await _until(lambda: not left_behind.is_running() or left_behind.status() == "zombie")
+    finally:
+        supervising.cancel()
+        await runner.stop()
