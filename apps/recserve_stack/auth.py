@@ -303,3 +303,14 @@ def revoke(auth_dir: Path, kid: str) -> KeySet:
     keys.publish()
     keys.private_path(kid).unlink(missing_ok=True)
     return keys
+
+
+def revoke_retired(auth_dir: Path) -> list[str]:
+    """Revokes every key a rotation retired (neither signing nor next, not
+    revoked yet): what a rotation's grace ends with, named by role, so that a
+    scheduled job needs no key id. Returns the kids revoked (none: a no-op)."""
+    keys = open_key_set(auth_dir)
+    retired = [kid for kid in keys.keys if keys.role(kid) == "old"]
+    for kid in retired:
+        revoke(auth_dir, kid)
+    return retired

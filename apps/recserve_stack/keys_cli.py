@@ -182,26 +182,45 @@ def rotate(
 
 @app.command()
 def revoke(
-    kid: Annotated[str, typer.Argument(help="The key id (`keys list` shows them).")],
+    kid: Annotated[
+        str | None, typer.Argument(help="The key id (`keys list` shows them).", show_default=False)
+    ] = None,
+    retired: Annotated[
+        bool,
+        typer.Option(
+            "--retired",
+            help="Every key a rotation retired (role old), instead of one KID: what a "
+            "scheduled job runs once a rotation's new tokens are handed out.",
+        ),
+    ] = False,
     data_dir: DataDir = None,
 ) -> None:
     """Drop a key from jwks.json: the services refuse its tokens at once
     (Envoy, which read the file at start, still passes them; the service
     answers UNAUTHENTICATED and does nothing). Not the signing key: rotate
     first. Revoking the next key publishes a new one."""
+    if (kid is None) == (not retired):
+        raise typer.BadParameter("name one key id, or --retired for every retired key")
     auth_dir = _auth_dir(data_dir)
     try:
-        keys = auth.revoke(auth_dir, kid)
+        if retired:
+            kids = auth.revoke_retired(auth_dir)
+            keys = auth.open_key_set(auth_dir)
+        else:
+            keys, kids = auth.revoke(auth_dir, kid or ""), [kid or ""]
     except auth.KeySetError as error:
         raise _fail(error) from None
     live = [k for k in keys.keys if keys.keys[k].revoked is None]
+    if not kids:
+        console.print(f"no retired key to revoke; jwks.json holds {', '.join(live)}.")
+        return
     console.print(
-        f"revoked {kid}; jwks.json now holds {', '.join(live)}. The services refuse its "
-        "tokens from now on (UNAUTHENTICATED); an Envoy that read jwks.json before still "
+        f"revoked {', '.join(kids)}; jwks.json now holds {', '.join(live)}. The services refuse "
+        "their tokens from now on (UNAUTHENTICATED); an Envoy that read jwks.json before still "
         "passes them on to be refused there.",
         highlight=False,
     )
-    if keys.keys[keys.next].published == keys.keys[kid].revoked:  # it was the next key
+    if any(keys.keys[keys.next].published == keys.keys[k].revoked for k in kids):
         console.print(f"{keys.next} is the next key now, published now.", highlight=False)
         console.print(RESTART_ENVOY.format(next=keys.next), highlight=False)
 

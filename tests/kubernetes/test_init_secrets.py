@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from recserve_kit.errors import Unauthenticated
 from recserve_stack import auth, pki
 from tests.kubernetes.manifests import K8S, OVERLAYS, containers, objects, of_kind, pod, pods
 
@@ -285,22 +286,23 @@ def steps(spec: dict) -> list[str]:
     return [" ".join(c["command"]) for c in containers(spec)]
 
 
-def test_the_keys_cronjobs_run_the_init_jobs_key_steps_and_a_rotation_restarts_envoy():
+def test_the_keys_cronjobs_run_the_init_jobs_key_steps_and_rotations_restart_envoy():
     docs = objects("cpu")
     init = steps(pod(docs, "recserve-init").spec)
     restore, ensure, publish = init[0], init[1], init[-1]
     nightly, rotation = pod(docs, "recserve-keys"), pod(docs, "recserve-keys-rotate")
+    revocation = pod(docs, "recserve-keys-revoke")
     assert steps(nightly.spec) == [restore, ensure, publish]  # tokens renewed when due
-    assert steps(rotation.spec) == [
-        restore,
-        "python -m recserve_stack keys rotate --data-dir /keys",
-        publish,
-        "python /opt/recserve/init/secrets.py restart envoy",
-    ]
+    restart = "python /opt/recserve/init/secrets.py restart envoy"
+    rotate = "python -m recserve_stack keys rotate --data-dir /keys"
+    assert steps(rotation.spec) == [restore, rotate, publish, restart]
+    revoke = "python -m recserve_stack keys revoke --retired --data-dir /keys"
+    assert steps(revocation.spec) == [restore, revoke, publish, restart]
     crons = of_kind(docs, "CronJob")
-    assert crons["recserve-keys-rotate"]["spec"]["suspend"] is True  # an operator runs it
+    for operators in ("recserve-keys-rotate", "recserve-keys-revoke"):
+        assert crons[operators]["spec"]["suspend"] is True  # an operator runs it
     assert not crons["recserve-keys"]["spec"].get("suspend")
-    for job in (nightly, rotation):
+    for job in (nightly, rotation, revocation):
         volumes = {v["name"]: v for v in job.spec["volumes"]}
         assert volumes["keys"]["emptyDir"]["medium"] == "Memory" and "data" not in volumes
         assert job.spec["serviceAccountName"] == "recserve-init"
@@ -312,10 +314,11 @@ def test_the_keys_cronjobs_run_the_init_jobs_key_steps_and_a_rotation_restarts_e
     assert "envoy" in of_kind(docs, "Deployment")
 
 
-def test_a_rotation_as_the_cronjob_runs_it_publishes_new_tokens_and_restarts_envoy(api, tmp_path):
+def test_a_rotation_then_a_revocation_as_the_cronjobs_run_them(api, tmp_path):
     """Restore into an empty volume, `keys rotate`, publish, restart Envoy,
     against the stand-in API server: new tokens in the Secret, the old ones
-    still valid with the published key set, Envoy's pods rolled."""
+    still valid with the published key set, Envoy's pods rolled; then the
+    revocation's steps, after which only the new tokens verify."""
     from typer.testing import CliRunner
 
     from recserve_kit.admin import APP_AUDIENCE, AUDIENCE, AdminTokens
@@ -344,3 +347,16 @@ def test_a_rotation_as_the_cronjob_runs_it_publishes_new_tokens_and_restarts_env
     assert kind == "application/strategic-merge-patch+json"
     template = FakeApi.store["envoy"]["spec"]["template"]["metadata"]
     assert template["annotations"]["kubectl.kubernetes.io/restartedAt"].endswith("Z")
+    # The revocation CronJob, once the new tokens are handed out: restore,
+    # `keys revoke --retired`, publish, restart; the old tokens are refused.
+    volume = tmp_path / "revocation"
+    assert script.main(["restore", str(volume), *api]) == 0
+    revoked = CliRunner().invoke(app, ["revoke", "--retired", "--data-dir", str(volume)])
+    assert revoked.exit_code == 0 and "revoked recserve-admin-1" in revoked.output
+    assert script.main(["publish", str(volume), *api]) == 0
+    jwks.write_bytes(base64.b64decode(FakeApi.store["recserve-jwks"]["data"]["jwks.json"]))
+    for name, audience in (("admin.token", AUDIENCE), ("app.token", APP_AUDIENCE)):
+        old = (tmp_path / "init" / "auth" / name).read_text().strip()
+        with pytest.raises(Unauthenticated, match="not in the key set"):
+            AdminTokens(jwks, audience).verify([("authorization", f"Bearer {old}")])
+        AdminTokens(jwks, audience).verify([("authorization", f"Bearer {admin[name].decode()}")])

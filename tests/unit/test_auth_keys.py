@@ -266,3 +266,37 @@ def test_the_cli_rotates_revokes_and_lists(tmp_path: Path, envoy_admin: str):
     assert "revoked" in rows["recserve-admin-1"] and "old" in rows["recserve-admin-2"]
     assert "signing" in rows["recserve-admin-3"] and "next" in rows["recserve-admin-4"]
     assert "recserve-admin-3 (signing)" in listed.output  # the token files' signer
+
+
+def test_revoke_retired_drops_every_key_a_rotation_retired_and_then_nothing(auth_dir: Path):
+    """What the scheduled revocation runs: no key id to know, the signing and
+    next keys kept, a second run a no-op; a kid and --retired together, or
+    neither, is a usage error that changes nothing."""
+    runner = CliRunner()
+    data_dir = ["--data-dir", str(auth_dir.parent)]
+    app = AdminTokens(auth_dir / "jwks.json", APP_AUDIENCE, "app call")
+    old = bearer(auth_dir / "app.token")
+    auth.rotate(auth_dir)
+    auth.rotate(auth_dir)  # recserve-admin-1 and -2 retired, -3 signs
+    new = bearer(auth_dir / "app.token")
+    for wrong in (["revoke", *data_dir], ["revoke", "recserve-admin-1", "--retired", *data_dir]):
+        refused = runner.invoke(keys_app, wrong)
+        assert refused.exit_code == 2 and "--retired" in refused.output
+    assert auth.open_key_set(auth_dir).role("recserve-admin-1") == "old"
+    revoked = runner.invoke(keys_app, ["revoke", "--retired", *data_dir])
+    assert revoked.exit_code == 0, revoked.output
+    assert "revoked recserve-admin-1, recserve-admin-2" in revoked.output
+    keys = auth.open_key_set(auth_dir)
+    roles = {k: keys.role(k) for k in keys.keys}
+    assert roles == {
+        "recserve-admin-1": "revoked",
+        "recserve-admin-2": "revoked",
+        "recserve-admin-3": "signing",
+        "recserve-admin-4": "next",
+    }
+    assert published(auth_dir) == ["recserve-admin-3", "recserve-admin-4"]
+    with pytest.raises(Unauthenticated, match="not in the key set"):
+        app.verify(old)
+    assert app.verify(new) == "app"
+    again = runner.invoke(keys_app, ["revoke", "--retired", *data_dir])
+    assert again.exit_code == 0 and "no retired key to revoke" in again.output
