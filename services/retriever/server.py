@@ -13,6 +13,7 @@ from services.retriever.item_tower import ItemTower
 from services.retriever.servicer import RetrieverServicer
 
 SERVICE_NAME = "recserve.retriever.v1.RetrieverService"
+ROLLOUT_FOLLOW_S = 5.0  # how often the rollout is looked at when the refresh is off
 log = logging.getLogger(__name__)
 
 
@@ -65,17 +66,20 @@ async def create_server(settings: RetrieverSettings) -> Service:
     )
 
     async def watch_artifacts() -> None:
-        # Picks up a newly published artifact (and bootstraps an empty store),
-        # and drops a prepared model version whose rollout ended unpromoted.
+        # Picks up a newly published artifact (and bootstraps an empty store)
+        # every refresh_interval_s, or once with 0 (Kubernetes: the init Job
+        # loads); either way drops a prepared model version whose rollout
+        # ended unpromoted, so a rolled-back candidate's generation goes.
+        refreshing = True
         while True:
-            try:
-                await retriever.refresh_from_artifacts()
-            except Exception:
-                log.exception("bulk refresh failed; still serving the previous generation")
+            if refreshing:
+                try:
+                    await retriever.refresh_from_artifacts()
+                except Exception:
+                    log.exception("bulk refresh failed; still serving the previous generation")
+                refreshing = bool(settings.refresh_interval_s)
             await retriever.preparer.follow_rollout()
-            if not settings.refresh_interval_s:
-                return
-            await asyncio.sleep(settings.refresh_interval_s)
+            await asyncio.sleep(settings.refresh_interval_s or ROLLOUT_FOLLOW_S)
 
     async def close() -> None:
         retriever.close()

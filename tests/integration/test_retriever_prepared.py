@@ -200,6 +200,24 @@ async def test_a_rolled_back_version_is_dropped_and_a_promoted_one_switched_to(r
     assert (await top(stub, turned[3])).score == pytest.approx(1.0, abs=1e-3)
 
 
+async def test_with_the_refresh_off_an_ended_rollouts_generation_still_goes(retriever, built):
+    """Kubernetes runs retrievers with the refresh off (the init Job loads):
+    they still look at the rollout, so a rolled-back candidate's generation
+    is dropped by the service itself, not held until the next preparation."""
+    data_dir, service, stub, retrained, _ = retriever
+    assert service.domain.settings.refresh_interval_s == 0
+    ready = await prepared(stub, retrained)
+    ended_rollout(data_dir, built.version, retrained, "rolled_back")
+
+    async def dropped() -> bool:
+        info = await stub.GetInfo(pb.GetInfoRequest())
+        return info.prepared_model_version == ""
+
+    await apoll_until(dropped, 30, 0.2)
+    assert not service.domain.generations.prepared()
+    assert ready.generation not in {p.name for p in (data_dir / "qdrant" / "items").iterdir()}
+
+
 async def test_preparing_an_unknown_or_malformed_version_is_refused(retriever):
     _, _, stub, _, _ = retriever
     with pytest.raises(grpc.aio.AioRpcError) as unknown:
