@@ -5,6 +5,7 @@
 #   bench/ab_stack.sh RECSERVE_STACK_ENVOY_WORKERS 1 2 3 load200
 #   bench/ab_stack.sh RECSERVE_GATEWAY_USER_VECTOR_CACHE_SIZE 0 10000 2 cpu260   # cpu at 260/s
 #   bench/ab_stack.sh RECSERVE_STACK_ONE_PROCESS false true 1 serving   # idle, bursts, rates, chaos
+#   bench/ab_stack.sh RECSERVE_STACK_ONE_PROCESS false true 2 events5000   # bench events --rate 5000
 # Writes build/bench/<what>-<variable>-<value>-<round>.json. Each stack idles
 # RECSERVE_AB_SETTLE_S (default 45) after it is ready: the first half minute
 # after a start costs more per request (the retriever's new generation is
@@ -28,6 +29,7 @@ for round in $(seq "$rounds"); do
     case $what in
       cpu) $python -m bench cpu --rate 50 --duration 20 --out "$out" > /dev/null ;;
       cpu[0-9]*) $python -m bench cpu --rate "${what#cpu}" --duration 20 --out "$out" > /dev/null ;;
+      events[0-9]*) $python -m bench events --duration 20 --rate "${what#events}" --out "$out" > /dev/null ;;
       load200) $python -m bench load --rate 200 --duration 30 --out "$out" > /dev/null ;;
       serving)  # idle p50, bursts of 32, rates to 400/s (200/s for 60 s), SIGKILL of each process
         $python -m bench idle --out "${out%.json}-idle.json" > /dev/null
@@ -35,7 +37,7 @@ for round in $(seq "$rounds"); do
         $python -m bench sweep --rates 50,200,400 --duration 20 --long-rate 200 --long-duration 60 \
           --chart "${out%.json}-sweep.png" --out "${out%.json}-sweep.json" > /dev/null
         $python -m bench chaos --rate 50 --out "${out%.json}-chaos.json" > /dev/null ;;
-      *) echo "unknown measurement: $what (cpu, cpuRATE, load200, serving)" >&2; kill -INT $pid; exit 2 ;;
+      *) echo "unknown measurement: $what (cpu, cpuRATE, eventsRATE, load200, serving)" >&2; kill -INT $pid; exit 2 ;;
     esac
     kill -INT $pid
     wait $pid

@@ -94,3 +94,21 @@ async def test_without_a_features_service_nothing_queues(features):
     online = OnlineUpdates(features)
     online.submit(events(5), APP)
     assert online.queued == 0 and not online.queue
+
+
+async def test_after_a_long_call_the_sender_rests_and_merges_what_arrives_meanwhile():
+    """A call that took long is followed by a rest as long (at most
+    max_rest_s): events submitted during the rest go in the next call with
+    those queued during the call, not in a call of their own."""
+    features = Features()
+    online = OnlineUpdates(features, max_rest_s=5.0)
+    online.submit(events(10), APP)
+    await asyncio.sleep(0)
+    online.submit(events(20), APP)  # queued during the call
+    await asyncio.sleep(0.6)  # the call takes 0.6 s
+    features.release.set()
+    await asyncio.sleep(0.1)  # the sender rests about 0.6 s from the release
+    online.submit(events(30), APP)
+    await online.idle()
+    assert [n for n, _ in features.calls] == [10, 50]
+    assert online._last_call_s == 0.0  # ran dry: the next event goes at once
