@@ -54,6 +54,6 @@ def events(
         f"batch p50 {result['batch_p50_ms']} ms, p99 {result['batch_p99_ms']} ms, errors "
         f"{result['errors']}; live features: {result['live_updated_per_s']} events/s applied, "
         f"{result['live_dropped']} dropped, {result['live_failed']} failed; an event "
-        f"visible there after {result['freshness_under_load_s']} s under the load"
+        f"visible there after {result['freshness_probes_s']} s under the load"
     )
     write(out, {"benchmark": "events", **result})
