@@ -121,23 +121,21 @@ async def freshness_s(
     that is not the user's latest already (an earlier run's probe left one)."""
     metadata = [("authorization", f"Bearer {token}")]
     operator = transport.Tls.load(tls_dir, "operator") if (tls_dir / "ca.pem").exists() else None
-    async with transport.aio_channel(features, operator) as direct:
-        reader = features_pb2_grpc.FeatureServiceStub(direct)
-        before = await reader.GetUserFeatures(
-            fpb.GetUserFeaturesRequest(user_id=user), metadata=metadata, timeout=5
-        )
-    latest = list(before.user.recent_item_ids)[:1]
-    item = random.choice([i for i in items if i not in latest])
-    event = epb.AppEvent(
-        event_id=f"bench-fresh-{uuid.uuid4().hex}", user_id=user, item_id=item,
-        event_type=event_type, value=value, timestamp=int(time.time()),
-    )  # fmt: skip
     async with (
         grpc.aio.insecure_channel(target) as edge,
         transport.aio_channel(features, operator) as direct,
     ):
         events = events_pb2_grpc.EventServiceStub(edge)
         reader = features_pb2_grpc.FeatureServiceStub(direct)
+        before = await reader.GetUserFeatures(
+            fpb.GetUserFeaturesRequest(user_id=user), metadata=metadata, timeout=5
+        )
+        latest = list(before.user.recent_item_ids)[:1]
+        item = random.choice([i for i in items if i not in latest])
+        event = epb.AppEvent(
+            event_id=f"bench-fresh-{uuid.uuid4().hex}", user_id=user, item_id=item,
+            event_type=event_type, value=value, timestamp=int(time.time()),
+        )  # fmt: skip
         await events.PushEvents(
             epb.PushEventsRequest(events=[event]), metadata=metadata, timeout=10
         )

@@ -203,11 +203,12 @@ def revoke(
         raise typer.BadParameter("name one key id, or --retired for every retired key")
     auth_dir = _auth_dir(data_dir)
     try:
-        if retired:
+        if kid is None:
             kids = auth.revoke_retired(auth_dir)
-            keys = auth.open_key_set(auth_dir)
         else:
-            keys, kids = auth.revoke(auth_dir, kid or ""), [kid or ""]
+            auth.revoke(auth_dir, kid)
+            kids = [kid]
+        keys = auth.open_key_set(auth_dir)
     except auth.KeySetError as error:
         raise _fail(error) from None
     live = [k for k in keys.keys if keys.keys[k].revoked is None]
