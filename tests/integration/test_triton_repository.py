@@ -263,7 +263,9 @@ async def test_triton_keeps_an_idle_pinging_client_connected(triton):
     try:
         await stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=5)
         states = []
-        for _ in range(12):
+        # 6 s: twice the spell after which gRPC's default server cuts such a
+        # client (tests/unit/test_keepalive.py)
+        for _ in range(24):
             await asyncio.sleep(0.25)  # idling is the point: pings, no calls
             states.append(channel.get_state().name)
         assert set(states) == {"READY"}, states
