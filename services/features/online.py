@@ -14,9 +14,8 @@ from typing import Any
 from feast import FeatureStore, FeatureView
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey
 from feast.protos.feast.types.Value_pb2 import Value
-from feast.type_map import python_values_to_proto_values
 
-from services.features.records import plain
+from services.features.records import plain, proto_values
 
 
 class OnlineView:
@@ -64,9 +63,7 @@ class OnlineView:
         view = self.view
         ids = list(rows)
         columns = {
-            f.name: python_values_to_proto_values(
-                [rows[i][f.name] for i in ids], f.dtype.to_value_type()
-            )
+            f.name: proto_values([rows[i][f.name] for i in ids], f.dtype.to_value_type())
             for f in view.features
         }
         created: datetime | None = None
