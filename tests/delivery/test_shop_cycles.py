@@ -1,14 +1,16 @@
 """A generated shop's stack through its nights, each cycle unattended
 (`recserve-stack retrain`): with nothing new since the build it builds
-nothing; the first night a shopper who is in no export buys through
-Envoy and the cycle is promoted by the guardrail; between the first and
+nothing (and keeps no snapshot); the first night a shopper who is in no
+export buys through Envoy, a second cycle started while it runs is
+refused, and the cycle is promoted by the guardrail; between the first and
 the second night another newcomer arrives and a product is upserted with
 the shop's own attributes and no vector, and bought; after the second
 night, also promoted, both newcomers have stored vectors of the newest
 version and the product a learned row (not the content prior), and the
 report counts them from the export. A third night whose candidate the
 shoppers like less (they click only on the current model's lists) ends
-rolled back by itself. Every cycle snapshots the shop (not the demo) and
+rolled back by itself, on the conversion figures its report gives. Every
+cycle snapshots the shop (not the demo) and
 builds through the shop's gate; simulated shoppers click in the shop's
 own event type."""
 
@@ -20,7 +22,7 @@ import grpc
 import pandas as pd
 import pytest
 
-from bench.simulate import held_out_futures, rating_type
+from bench.simulate import Simulation, held_out_futures, rating_type
 from pipelines.dataset import artifact_dataset
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
@@ -29,7 +31,7 @@ from recserve_model import artifacts
 from recserve_model.encoding import EncodingSpec
 from tests.delivery.cycles import GUARDED, newcomer_events, retrain, users_until_it_ends
 from tests.e2e.test_events import token
-from tests.helpers import a_shopper, built_shop
+from tests.helpers import a_shopper, built_shop, poll_until
 from tests.stack import running_stack
 
 pytestmark = [pytest.mark.long, pytest.mark.usefixtures("no_cycle_left")]
@@ -73,16 +75,27 @@ def upsert_a_product(stack, source, item_id: str) -> rpb.Item:
     return item
 
 
-def night(stack, prefer: str = "") -> dict:
+def a_second_cycle_is_refused(stack) -> None:
+    lock = stack.data_dir / "retrain" / "LOCK"
+    poll_until(lambda: lock.exists() and lock.read_text().strip(), 120, 0.2, "the cycle's lock")
+    second = retrain(stack, *GUARDED)
+    refused, _ = second.communicate(timeout=120)
+    assert second.returncode == 1 and "a retrain is running" in refused, refused
+
+
+def night(stack, prefer: str = "", try_a_second: bool = False) -> tuple[Simulation, dict]:
     """One cycle under simulated shoppers (``prefer``: they click only on
-    that version's lists); its report, kept beside its artifact."""
+    that version's lists); what they saw, and its report, kept beside its
+    artifact. With ``try_a_second``, a cycle started while it runs is refused."""
     current = artifacts.current(stack.data_dir)
     futures = held_out_futures(stack.data_dir / "raw", artifact_dataset(current))
     cycle = retrain(stack, *GUARDED)
+    if try_a_second:
+        a_second_cycle_is_refused(stack)
     # A shopper's future here is a few products, soon bought and then never
     # shown again: without other clicks both arms' conversion falls to a few
     # percent, where the guardrail's plan (a 50% baseline) cannot decide.
-    _, report = users_until_it_ends(
+    shown, report = users_until_it_ends(
         stack, futures, cycle, prefer, event=rating_type(current), p_noise=NOISE
     )
     assert report["outcome"] in ("promoted", "rolled_back"), report
@@ -91,7 +104,14 @@ def night(stack, prefer: str = "") -> dict:
     assert json.loads(beside.read_text()) == report
     built_from = artifact_dataset(beside.parent)
     assert built_from is not None and built_from.parent == stack.data_dir / "snapshots"
-    return report
+    assert set(report["steps"]) == {"compact", "snapshot", "build", "rollout"}, report["steps"]
+    assert report["steps"]["build"]["cpu_s"] > 0  # the build's own process, counted
+    assert report["gate"]["ranked"]["ndcg@10"] > 0
+    return shown, report
+
+
+def decisions(report: dict) -> list[str]:
+    return [d["action"] for d in report["rollout"]["decisions"]]
 
 
 def stored_vector_versions(stack, version: str) -> dict[str, str]:
@@ -107,22 +127,28 @@ def test_a_shops_nights_build_nothing_learn_newcomers_promote_and_roll_back(shop
     quiet = retrain(stack, *GUARDED)
     output, _ = quiet.communicate(timeout=300)
     assert quiet.returncode == 0 and "retrain: nothing-new" in output, output
+    assert "no new events or catalogue changes" in output, output
+    assert "snapshot" in output and " s, CPU " in output  # the one step it ran, timed
     assert artifacts.current(stack.data_dir).name == export
+    assert not any((stack.data_dir / "snapshots").iterdir())  # the snapshot is not kept
     products = sorted(source.items.loc[source.items["active"], "item_id"])
 
     newcomer_events(stack, "night-one-shopper", products[:20], event=PURCHASE)
-    first = night(stack)
+    _, first = night(stack, try_a_second=True)
     assert first["outcome"] == "promoted", first
+    assert decisions(first)[0] == "start" and decisions(first)[-1] == "promote"
+    assert "rollback" not in decisions(first)
+    # Every event is from today: nothing old enough to fold, nothing removed.
+    assert "no base" in first["compacted"], first["compacted"]
     assert artifacts.current(stack.data_dir).name == first["version"]
     learned = first["learned"]
     assert learned["export"] == str(export_dir), learned  # the shop's, not the demo's
     assert learned["new_users"] == 1 and learned["new_items"] == 0, learned
-    assert set(first["steps"]) == {"compact", "snapshot", "build", "rollout"}, first["steps"]
     assert stored_vector_versions(stack, first["version"])["night-one-shopper"] == first["version"]
 
     upserted = upsert_a_product(stack, source, UPSERTED)
     newcomer_events(stack, "night-two-shopper", products[20:40], (UPSERTED,), PURCHASE)
-    second = night(stack)
+    _, second = night(stack)
     assert second["outcome"] == "promoted", second
     version = second["version"]
     assert artifacts.current(stack.data_dir).name == version and version != first["version"]
@@ -139,9 +165,17 @@ def test_a_shops_nights_build_nothing_learn_newcomers_promote_and_roll_back(shop
     assert listed.loc[UPSERTED, "active"]
     kept = load(artifact_dataset(directory)).items.set_index("item_id").loc[UPSERTED]
     assert kept["brand"] == upserted.attributes["brand"].keyword and kept["price"] == 4.5
+    stats = pd.read_parquet(directory / "features" / "item_stats.parquet")
+    assert stats.set_index("item_id").loc[UPSERTED, "popularity"] > 0  # its purchase counted
 
     newcomer_events(stack, "night-three-shopper", products[40:60], event=PURCHASE)
-    third = night(stack, prefer=version)
+    shown, third = night(stack, prefer=version)
     assert third["outcome"] == "rolled_back", third
-    assert "conversion" in third["reason"], third["reason"]
     assert artifacts.current(stack.data_dir).name == version
+    assert shown.by_version.get(third["version"], [0])[0] > 0  # shoppers saw its lists
+    assert decisions(third)[0] == "start" and decisions(third)[-1] == "rollback"
+    assert "promote" not in decisions(third)
+    # The guardrail's rollback (not a latency or error trigger), with its figures.
+    assert "conversion" in third["reason"], third["reason"]
+    figures = third["rollout"]["decisions"][-1]["figures"]
+    assert figures["candidate_conversion"] < figures["stable_conversion"], figures

@@ -8,7 +8,7 @@ the page points to, through the client's EventBatcher as docs/clients.md
 shows, back the data dir up while it serves, lose it, restore it and serve
 again. Compose (step 7) and Kubernetes (step 8) have tests of their own
 (tests/compose/test_your_dataset.py, tests/kubernetes/test_your_dataset.py);
-a cycle that builds and rolls out is tests/delivery/test_retrain_cycle.py."""
+cycles that build and roll out are tests/delivery/test_shop_cycles.py."""
 
 from __future__ import annotations
 

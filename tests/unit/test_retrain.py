@@ -1,7 +1,7 @@
 """The unattended cycle's own logic (recserve_stack.retrain): one cycle at a
 time, a dead cycle's lock taken over (also where its pid lives on), and "nothing new" judged against
 what the current artifact was built from. The whole cycle on the real
-stack: tests/delivery/test_retrain_cycle.py."""
+stack: tests/delivery/test_shop_cycles.py."""
 
 import json
 import os
