@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "baselines": "bench.commands.quality.baselines:baselines_command",
     "learning-curve": "bench.commands.quality.learning_curve:learning_curve",
     "cold-start": "bench.commands.quality.cold_start:cold_start",
+    "shop-ceiling": "bench.commands.quality.ceiling:shop_ceiling",
     "simulate": "bench.commands.quality.simulate:simulate",
     "features": "bench.commands.components.features:features",
     "ranker": "bench.commands.components.ranker:ranker",
