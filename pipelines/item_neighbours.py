@@ -6,8 +6,9 @@ holdout (each user's last ``HOLDOUT`` training items as truth, the rest as
 history), never on the test split: EASE at each of ``EASE_LAMBDAS`` and
 cosine item-kNN where the dense items x items matrices are affordable,
 and the best EASE mixed with category popularity where the items have
-categories (``baselines.category_popularity``); item-kNN through sparse
-products above. The shape matters: the ranker's window (the five items
+categories (``baselines.category_popularity``); past the dense budget,
+item-kNN and its category mixtures through sparse products
+(``sparse_neighbours``). The shape matters: the ranker's window (the five items
 right after the tower period, often the rest of a session) rewards recency
 that ten held-out items do not. So do the histories' lengths: the window's
 are ten items shorter than the ones served, which favours models that need
@@ -24,9 +25,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy import sparse
 
-from pipelines import baselines, sparse_baselines
+from pipelines import baselines, sparse_baselines, sparse_neighbours
 from pipelines.dataset import Split, recent_items
 from pipelines.selection_window import (
     Window,
@@ -111,33 +111,6 @@ def truncate(weights: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     return columns, values
 
 
-def sparse_knn_neighbours(matrix: sparse.csr_matrix, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cosine item-kNN's top ``m`` per item through sparse products: a block
-    of items' co-occurrence rows at a time, each row's best taken from its
-    co-occurring items alone (never items x items, dense or in blocks: the
-    work follows the co-occurrences); best first, ties by column, as
-    ``top_neighbours``."""
-    counts = np.asarray(matrix.sum(axis=0)).ravel()
-    inverse = (1.0 / np.sqrt(np.maximum(counts, 1.0))).astype(np.float32)
-    scaled = matrix.multiply(inverse[None, :]).tocsc()
-    transposed = scaled.T.tocsr()
-    n = matrix.shape[1]
-    columns = np.zeros((n, min(m, n - 1)), dtype=np.int32)
-    values = np.zeros(columns.shape, dtype=np.float32)
-    for start in range(0, n, ROW_BLOCK):
-        block = (transposed[start : min(n, start + ROW_BLOCK)] @ scaled).tocsr()
-        for i in range(block.shape[0]):
-            row = slice(block.indptr[i], block.indptr[i + 1])
-            cols, vals = block.indices[row], block.data[row]
-            # Not the item itself, not the out-of-vocabulary row, positives only.
-            keep = (cols != start + i) & (cols != 0) & (vals > 0)
-            cols, vals = cols[keep], vals[keep]
-            best = np.lexsort((cols, -vals))[: columns.shape[1]]
-            columns[start + i, : len(best)] = cols[best]
-            values[start + i, : len(best)] = vals[best]
-    return columns, values
-
-
 def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None = None) -> Choice:
     """The item-item model that ranks the holdout-shaped window best;
     ``membership`` (``baselines.category_membership``) adds the category
@@ -146,10 +119,7 @@ def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None =
     window = window_users(split, encoder, history_frame, truth_frame)
     users = history_frame["user_id"].nunique()
     if not sparse_baselines.dense_ok(users, encoder.spec.num_rows):
-        sources = fit_sources(history_frame, encoder, "item_knn")
-        tau, by_tau = choose_recency(sources, history_frame, encoder, window)
-        tower = fit_sources(split.tower_train, encoder, "item_knn", tau)
-        return Choice("item_knn", tau, by_tau, tower)
+        return choose_sparse(split, encoder, history_frame, window, membership)
     everyone = sorted(history_frame["user_id"].unique())
     fit = baselines.interactions(history_frame, encoder, everyone)
     index = {u: i for i, u in enumerate(everyone)}
@@ -246,6 +216,47 @@ def candidate_models(membership: np.ndarray | None) -> list[str]:
     return names
 
 
+def choose_sparse(
+    split: Split,
+    encoder: Encoder,
+    history_frame: pd.DataFrame,
+    window: Window,
+    membership: np.ndarray | None,
+) -> Choice:
+    """Past the dense budget: item-kNN, or item-kNN mixed with category
+    popularity where that ranks the window better by SIGNIFICANCE standard
+    errors (through the served form, every seed alike); then the recency."""
+    seeds = history_rows(history_frame, encoder, window.users)
+    share = window.weights / max(float(window.weights.sum()), 1e-12)
+    best = fit_sources(history_frame, encoder, "item_knn")
+    best_gains = served_gains(best, seeds, window)
+    ndcg = {best.model: round(float(share @ best_gains), 4)}
+    if membership is not None and int((membership.sum(axis=0) > 0).sum()) >= 2:
+        for mix in CATEGORY_MIXES:
+            model = f"item_knn+category:{mix:g}"
+            mixed = fit_sources(history_frame, encoder, model, 0.0, membership)
+            gains = served_gains(mixed, seeds, window)
+            ndcg[model] = round(float(share @ gains), 4)
+            if weighted_better(gains, best_gains, share):
+                best, best_gains = mixed, gains
+    tau, by_tau = choose_recency(best, history_frame, encoder, window)
+    tower = fit_sources(split.tower_train, encoder, best.model, tau, membership)
+    return Choice(best.model, tau, ndcg | by_tau, tower)
+
+
+def served_gains(sources: Sources, seeds: np.ndarray, window: Window) -> np.ndarray:
+    """Each window user's NDCG@10 of the served form's list (``sources``
+    scored from the user's last HISTORY seeds)."""
+    discounts = 1 / np.log2(np.arange(2, 12))
+    gains = np.zeros(len(window.truth))
+    for i, wanted in enumerate(window.truth):
+        top = sources.user_scores(seeds[i]).pool(seeds[i], 10)
+        hits = np.isin(top, wanted)
+        ideal = discounts[: min(10, len(wanted))].sum()
+        gains[i] = (hits * discounts[: len(hits)]).sum() / ideal
+    return gains
+
+
 def choose_recency(
     sources: Sources, history: pd.DataFrame, encoder: Encoder, window: Window
 ) -> tuple[float, dict[str, float]]:
@@ -256,18 +267,11 @@ def choose_recency(
     than the ones served: on a 2,000-shopper shop it preferred tau 10 to 0
     by a little, and the test split ranked tau 10 1.4% below tau 0."""
     seeds = history_rows(history, encoder, window.users)
-    discounts = 1 / np.log2(np.arange(2, 12))
     by_tau: dict[str, float] = {}
     gains: dict[float, np.ndarray] = {}
     share = window.weights / max(float(window.weights.sum()), 1e-12)
     for tau in RECENCY_TAUS:
-        served = replace(sources, recency_tau=tau)
-        gains[tau] = np.zeros(len(window.truth))
-        for i, wanted in enumerate(window.truth):
-            top = served.user_scores(seeds[i]).pool(seeds[i], 10)
-            hits = np.isin(top, wanted)
-            ideal = discounts[: min(10, len(wanted))].sum()
-            gains[tau][i] = (hits * discounts[: len(hits)]).sum() / ideal
+        gains[tau] = served_gains(replace(sources, recency_tau=tau), seeds, window)
         by_tau[f"{sources.model} tau:{tau:g}"] = round(float(share @ gains[tau]), 4)
     best = max(RECENCY_TAUS, key=lambda t: (by_tau[f"{sources.model} tau:{t:g}"], -t))
     if best and not weighted_better(gains[best], gains[0.0], share):
@@ -330,10 +334,20 @@ def fit_sources(
         weights = item_item(baselines.interactions(train, encoder, users), model, membership)
         return replace(from_weights(weights, train, encoder, model), recency_tau=recency_tau)
     matrix = sparse_baselines.interactions(train, encoder, users)
-    columns, values = sparse_knn_neighbours(matrix, kept_neighbours(matrix.shape[1]))
+    columns, values = sparse_neighbours.knn_neighbours(matrix, kept_neighbours(matrix.shape[1]))
+    # Item-kNN (with its category mixture where chosen) whatever was chosen:
+    # the dense models are past the budget here.
+    mix = model.partition("+category:")[2]
+    if mix:
+        if membership is None:
+            raise ValueError(f"{model} needs the items' categories")
+        counts = np.asarray(matrix.sum(axis=0)).ravel()
+        columns, values = sparse_neighbours.with_category(
+            columns, values, counts, membership, float(mix)
+        )
+    served = f"item_knn+category:{mix}" if mix else "item_knn"
     item_ids = np.asarray(["", *encoder.spec.item_ids])
-    # Item-kNN whatever was chosen: the dense models are past the budget here.
-    return Sources(columns, values, popular_rows(train, encoder), item_ids, "item_knn", recency_tau)
+    return Sources(columns, values, popular_rows(train, encoder), item_ids, served, recency_tau)
 
 
 REPEAT_TAU = 30.0  # the repeat score's recency: the 30th most recent own item weighs 1/e

@@ -4,15 +4,17 @@ histories' lengths."""
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
-from pipelines import baselines
+from pipelines import baselines, sparse_baselines
 from pipelines.dataset import temporal_split
 from pipelines.item_neighbours import (
     CATEGORY_MIXES,
     candidate_models,
     choose_model,
     confirmed_mixtures,
+    fit_sources,
     item_item,
 )
 from pipelines.ranker_examples import significant_best
@@ -77,9 +79,8 @@ def test_mixtures_add_category_popularity_to_ease_at_its_norm():
     assert not any("+" in name for name in candidate_models(membership[:, :1]))  # one category
 
 
-def test_a_shop_whose_shoppers_keep_to_categories_is_served_the_mixture():
-    """Few items per shopper, each in one of two categories: co-occurrences
-    are too sparse for EASE alone, the category's popular items carry it."""
+def keeping_to_categories() -> tuple[pd.DataFrame, Encoder, np.ndarray]:
+    """200 shoppers, each buying 24 of the 40 items of one of two categories."""
     rng = np.random.default_rng(5)
     rows = []
     popularity = 1.0 / np.arange(1, 41) ** 1.1
@@ -92,6 +93,13 @@ def test_a_shop_whose_shoppers_keep_to_categories_is_served_the_mixture():
     membership = np.zeros((81, 2))
     membership[1:41, 0] = 1.0
     membership[41:, 1] = 1.0
+    return frame, encoder, membership
+
+
+def test_a_shop_whose_shoppers_keep_to_categories_is_served_the_mixture():
+    """Few items per shopper, each in one of two categories: co-occurrences
+    are too sparse for EASE alone, the category's popular items carry it."""
+    frame, encoder, membership = keeping_to_categories()
     choice = choose_model(temporal_split(frame), encoder, membership)
     mixtures = {k for k in choice.validation_ndcg if "+category:" in k and " " not in k}
     assert len(mixtures) == len(CATEGORY_MIXES)
@@ -103,6 +111,28 @@ def test_a_shop_whose_shoppers_keep_to_categories_is_served_the_mixture():
     table = choice.tower_period
     kept = table.neighbours[3][table.weights[3] > 0]
     assert len(kept) and (kept <= 40).all()  # a category-A item's neighbours stay in A
+
+
+def test_past_the_dense_budget_item_knn_is_mixed_with_category_popularity(monkeypatch):
+    """The same shop with the dense forms ruled out (as at marketplace
+    size): item-kNN and its mixtures are tried through the served form,
+    a mixture wins beyond noise, and what the ranker trains on and what is
+    served are that mixture, a category's items keeping to it."""
+    monkeypatch.setattr(sparse_baselines, "dense_ok", lambda users, items: False)
+    frame, encoder, membership = keeping_to_categories()
+    choice = choose_model(temporal_split(frame), encoder, membership)
+    tried = {k for k in choice.validation_ndcg if " " not in k}
+    assert tried == {"item_knn", *(f"item_knn+category:{mix:g}" for mix in CATEGORY_MIXES)}
+    assert choice.model.startswith("item_knn+category:")
+    assert choice.validation_ndcg[choice.model] > choice.validation_ndcg["item_knn"]
+    table = choice.tower_period
+    assert table.model == choice.model
+    kept = table.neighbours[3][table.weights[3] > 0]
+    assert len(kept) and (kept <= 40).all()
+    served = fit_sources(frame, encoder, choice.model, choice.recency_tau, membership)
+    assert served.model == choice.model
+    with pytest.raises(ValueError, match="needs the items' categories"):
+        fit_sources(frame, encoder, choice.model)
 
 
 def test_a_mixture_the_confirmation_window_does_not_support_is_not_kept():

@@ -7,7 +7,14 @@ import pandas as pd
 import pytest
 from scipy import sparse
 
-from pipelines import baselines, dataset, evaluate, sparse_baselines
+from pipelines import (
+    baselines,
+    dataset,
+    evaluate,
+    item_neighbours,
+    sparse_baselines,
+    sparse_neighbours,
+)
 from recserve_model.encoding import Encoder, EncodingSpec
 
 
@@ -38,10 +45,8 @@ def test_sparse_item_neighbours_are_the_dense_cosines_best_taken_from_co_occurre
     column, none better left out, as the dense items x items row ranks
     them; fewer co-occurring items than kept: the rest 0 / 0.0. Blocks of
     rows as in a large catalogue."""
-    from pipelines import item_neighbours
-
-    monkeypatch.setattr(item_neighbours, "ROW_BLOCK", 32)
-    columns, values = item_neighbours.sparse_knn_neighbours(sparse.csr_matrix(matrix), 20)
+    monkeypatch.setattr(sparse_neighbours, "ROW_BLOCK", 32)
+    columns, values = sparse_neighbours.knn_neighbours(sparse.csr_matrix(matrix), 20)
     cosine = baselines.item_knn(matrix).astype(np.float64)
     for item in range(150):
         row = cosine[item]
@@ -199,3 +204,37 @@ def test_the_nightly_gates_ease_lists_take_the_low_rank_form_on_large_catalogues
             assert not (set(lists[user]) & (set(seen[user]) | inactive))
     overlap = np.mean([len(set(dense[u]) & set(low[u])) / 10 for u in holdout])
     assert overlap > 0.2  # the low-rank form ranks much as dense EASE does
+
+
+def test_sparse_category_mixture_keeps_the_dense_mixtures_best(matrix, monkeypatch):
+    """Item-kNN mixed with category popularity past the dense budget: with
+    every neighbour kept, each item's kept neighbours are the dense
+    ``item_knn+category:1`` model's best (its scale, its weights); with
+    fewer kept, they stay positive, best first, never above the dense
+    weights, and mostly the dense model's own best."""
+    monkeypatch.setattr(sparse_neighbours, "ROW_BLOCK", 32)
+    rng = np.random.default_rng(5)
+    membership = np.zeros((150, 4))
+    membership[np.arange(150), rng.integers(0, 4, 150)] = 1.0
+    membership[0] = 0.0  # the out-of-vocabulary row has no category
+    counts = matrix.sum(axis=0)
+    dense = item_neighbours.item_item(matrix, "item_knn+category:1", membership)
+    for kept in (149, 20):
+        columns, values = sparse_neighbours.knn_neighbours(sparse.csr_matrix(matrix), 149)
+        columns, values = sparse_neighbours.with_category(columns, values, counts, membership, 1.0)
+        want_columns, want_values = item_neighbours.truncate(dense, 149)
+        if kept == 149:
+            np.testing.assert_allclose(values, want_values, atol=1e-5)
+            carried = np.take_along_axis(dense, columns.astype(np.int64), axis=1)
+            np.testing.assert_allclose(np.where(values > 0, carried, 0), values, atol=1e-5)
+            continue
+        small, small_values = sparse_neighbours.knn_neighbours(sparse.csr_matrix(matrix), kept)
+        small, small_values = sparse_neighbours.with_category(
+            small, small_values, counts, membership, 1.0
+        )
+        assert (small_values[1:] > 0).all() and (np.diff(small_values, axis=1) <= 0).all()
+        # Truncation only leaves parts out: never more than the dense weight.
+        carried = np.take_along_axis(dense, small.astype(np.int64), axis=1)
+        assert (small_values <= carried + 1e-5).all()
+        shared = [len(set(small[i]) & set(want_columns[i, :kept])) for i in range(1, 150)]
+        assert np.mean(shared) > 0.5 * kept  # 0.66 here, of 20 kept among 149
