@@ -335,8 +335,8 @@ def fit_sources(
         return replace(from_weights(weights, train, encoder, model), recency_tau=recency_tau)
     matrix = sparse_baselines.interactions(train, encoder, users)
     columns, values = sparse_neighbours.knn_neighbours(matrix, kept_neighbours(matrix.shape[1]))
-    # Item-kNN (with its category mixture where chosen) whatever was chosen:
-    # the dense models are past the budget here.
+    # Item-kNN, mixed with category popularity where the model says so,
+    # whatever its base: the dense models are past the budget here.
     mix = model.partition("+category:")[2]
     if mix:
         if membership is None:
