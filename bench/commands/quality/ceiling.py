@@ -33,13 +33,12 @@ def first_category_rows(items, encoder) -> np.ndarray:
 
 
 def generator_scores(
-    train, encoder, category: np.ndarray
+    train, rows: np.ndarray, counts: np.ndarray, category: np.ndarray
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Each user's category shares (one pseudo count a category) and each
-    row's share of its category's training interactions."""
+    row's share of its category's training interactions (``rows``: the
+    training interactions' item rows; ``counts``: each row's count)."""
     n = int(category.max()) + 1
-    rows = encoder.item_rows(list(train["item_id"]))
-    counts = np.bincount(rows, minlength=encoder.spec.num_rows).astype(np.float64)
     known = category >= 0
     by_category = np.bincount(category[known], weights=counts[known], minlength=n)
     within = np.where(known, counts / np.maximum(by_category[np.maximum(category, 0)], 1), 0.0)
@@ -64,13 +63,12 @@ def ceiling(dataset_dir: Path, raw_dir: Path, ease_lambda: float) -> dict:
     seen, truth = seen_rows(split.train, encoder), seen_rows(split.test, encoder)
     users = sampled(sorted(truth))
     category = first_category_rows(data.items, encoder)
-    shares, within = generator_scores(split.train, encoder, category)
+    rows = np.asarray(encoder.item_rows(list(split.train["item_id"])))
+    counts = np.bincount(rows, minlength=encoder.spec.num_rows).astype(np.float64)
+    shares, within = generator_scores(split.train, rows, counts, category)
     never = np.zeros(encoder.spec.num_rows, dtype=bool)
     never[encoder.item_rows(sorted(data.inactive))] = True
     never[0] = True
-    counts = np.bincount(
-        encoder.item_rows(list(split.train["item_id"])), minlength=encoder.spec.num_rows
-    )
     popularity_order = np.argsort(-counts, kind="stable")
     neighbours = BaselineScores(split.train, encoder, users, ease_lambda)
     totals: dict[str, dict[str, float]] = {}
