@@ -209,6 +209,11 @@ def stack_components(settings: StackSettings) -> list[Component]:
             ready=functools.partial(triton.ready, settings, operator_tls(settings)),
             env=triton.environment(settings),
             address=f"{settings.host}:{settings.triton_grpc_port}",
+            # Triton 2.51's SIGTERM handler takes a mutex its main loop holds
+            # while it waits; a signal landing then hangs it for good (seen:
+            # both threads in SignalHandler, gdb). A runner that dies can
+            # collect nothing anyway; its python-backend stubs follow in ~3 s.
+            death_signal="KILL",
         ),
         *request_path(settings, env),
         *ranker_replicas(settings, env),

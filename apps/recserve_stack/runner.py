@@ -39,10 +39,10 @@ LOG_MAX_BYTES = 64 << 20  # each component's log, in <data_dir>/logs
 EXIT_POLL_S = 0.1  # how often supervision looks for a component's exit code
 
 
-def _with_parent_death_signal(argv: list[str]) -> list[str]:
+def _with_parent_death_signal(argv: list[str], signal_name: str = "TERM") -> list[str]:
     if not shutil.which("setpriv"):
         return argv
-    return ["setpriv", "--pdeathsig", "TERM", "--", "sh", "-c", _WATCH_PARENT, "sh", *argv]
+    return ["setpriv", "--pdeathsig", signal_name, "--", "sh", "-c", _WATCH_PARENT, "sh", *argv]
 
 
 @dataclass
@@ -56,6 +56,9 @@ class Component:
     # Started only once these components are ready (Compose's depends_on:
     # service_healthy), so a client never dials a backend that is not up.
     after: tuple[str, ...] = ()
+    # What the kernel sends it when the runner dies: TERM lets it stop
+    # gracefully; KILL where its own SIGTERM handling can hang (Triton's).
+    death_signal: str = "TERM"
     process: asyncio.subprocess.Process | None = field(default=None, repr=False)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=30), repr=False)
 
@@ -137,7 +140,7 @@ class Runner:
         env = dict(component.env if component.env is not None else os.environ)
         env["RECSERVE_RUNNER_PID"] = str(os.getpid())
         component.process = await asyncio.create_subprocess_exec(
-            *_with_parent_death_signal(component.argv),
+            *_with_parent_death_signal(component.argv, component.death_signal),
             env=env,
             cwd=component.cwd,
             stdin=asyncio.subprocess.DEVNULL,

@@ -130,8 +130,8 @@ def test_components_die_with_a_killed_runner(tmp_path, built):
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
         ]
 
-    # SIGTERM is graceful: Triton finishes loading, then waits up to its exit
-    # timeout (30 s) for models to unload.
+    # The services stop gracefully on SIGTERM; Triton is sent SIGKILL (its
+    # SIGTERM handler can deadlock) and its python-backend stubs follow it.
     try:
         poll_until(lambda: not alive(), 90, 0.1, "every component process to exit")
     except AssertionError as late:
