@@ -18,7 +18,8 @@ categories, and a share ``RESTOCK`` of their sessions views those again
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,8 @@ DAYS = 180
 START = 1_700_000_000
 MIN_VIEWS = 100  # per shopper: enough distinct clicked items for the build's split, mostly
 STAPLE_SHARE, STAPLES, RESTOCK = 0.1, 6, 0.3  # with repeat purchases
+GENERATED = "generated.json"  # the size and seed, beside the tables
+FUNNEL_STEP_S = 10  # a click comes this long after its view, a cart after the click...
 
 
 @dataclass(frozen=True)
@@ -114,9 +117,29 @@ def items_table(size: ShopSize, rng: np.random.Generator) -> pd.DataFrame:
     )
 
 
-def views(size: ShopSize, items: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Tastes:
+    """What the generator drew, which no model sees: each shopper's liked
+    categories and each one's share of their sessions, each item's share
+    of its category's views (restocks aside)."""
+
+    liked: np.ndarray  # [users, 3] category indices
+    session_share: np.ndarray  # [users, 3]
+    view_share: np.ndarray  # [items]
+
+    def view_chances(self, user: int, first_category: np.ndarray) -> np.ndarray:
+        """[items]: the chance that one of ``user``'s views is each item."""
+        chance = np.zeros(len(self.view_share))
+        for liked, share in zip(self.liked[user], self.session_share[user], strict=True):
+            chance += share * (first_category == liked)
+        return chance * self.view_share
+
+
+def views(
+    size: ShopSize, items: pd.DataFrame, rng: np.random.Generator
+) -> tuple[pd.DataFrame, Tastes]:
     """user, item, timestamp of every view: sessions in a liked category,
-    items by their popularity there."""
+    items by their popularity there; and the tastes drawn for them."""
     per_view = 1 + CLICK * (1 + CART * (1 + BUY))
     total = max(int(size.events / per_view), size.users * MIN_VIEWS)
     activity = rng.lognormal(0.0, 0.8, size.users)
@@ -138,6 +161,7 @@ def views(size: ShopSize, items: pd.DataFrame, rng: np.random.Generator) -> pd.D
     category = np.fromiter((category_of[k] for k in zip(user, session, strict=True)), np.int64)
     first = np.array([int(c[0][1:]) for c in items["categories"]])
     item = np.zeros(len(user), dtype=np.int64)
+    view_share = np.zeros(len(items))
     for c in range(size.category_count):
         members = np.flatnonzero(first == c)
         mask = category == c
@@ -145,6 +169,7 @@ def views(size: ShopSize, items: pd.DataFrame, rng: np.random.Generator) -> pd.D
             continue
         popularity = 1.0 / np.arange(1, len(members) + 1) ** ZIPF
         order = rng.permutation(members)
+        view_share[order] = popularity / popularity.sum()
         item[mask] = order[
             np.searchsorted(np.cumsum(popularity) / popularity.sum(), rng.random(mask.sum()))
         ]
@@ -155,7 +180,8 @@ def views(size: ShopSize, items: pd.DataFrame, rng: np.random.Generator) -> pd.D
         item[again] = own[user[again], rng.integers(0, STAPLES, int(again.sum()))]
     start = START + rng.integers(0, DAYS * 86_400, (size.users, int(session.max()) + 1))
     timestamp = start[user, session] + (position % SESSION_VIEWS) * 40
-    return pd.DataFrame({"user": user, "item": item, "timestamp": timestamp})
+    tastes = Tastes(liked, np.diff(weights, prepend=0.0, axis=1), view_share)
+    return pd.DataFrame({"user": user, "item": item, "timestamp": timestamp}), tastes
 
 
 def restocks(sessions: pd.DataFrame, rng: np.random.Generator) -> set[tuple[int, int]]:
@@ -190,7 +216,7 @@ def funnel(seen: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
     current = seen
     for name, chance in (("click", CLICK), ("add_to_cart", CART), ("purchase", BUY)):
         current = current[rng.random(len(current)) < chance].assign(
-            timestamp=lambda f: f["timestamp"] + 10
+            timestamp=lambda f: f["timestamp"] + FUNNEL_STEP_S
         )
         steps.append((name, current))
     return pd.concat([f.assign(event_type=name) for name, f in steps], ignore_index=True)
@@ -200,7 +226,8 @@ def write_shop(out: Path, size: ShopSize, seed: int = 7, name: str = "shop") -> 
     rng = np.random.default_rng(seed)
     out.mkdir(parents=True, exist_ok=True)
     items = items_table(size, rng)
-    events = funnel(views(size, items, rng), rng)
+    seen, _ = views(size, items, rng)
+    events = funnel(seen, rng)
     interactions = pd.DataFrame(
         {
             "user_id": "s" + (events["user"] + 1).astype(str),
@@ -220,4 +247,21 @@ def write_shop(out: Path, size: ShopSize, seed: int = 7, name: str = "shop") -> 
     for kind, frame in (("items", items), ("interactions", interactions), ("users", users)):
         write_table(frame, out, tables[kind], spec.csv)
     write_manifest(out, spec)
+    (out / GENERATED).write_text(json.dumps({"size": asdict(size), "seed": seed}) + "\n")
     return out
+
+
+def tastes(dataset_dir: Path) -> Tastes | None:
+    """The tastes a generated shop was drawn with (drawn again from its
+    size and seed); None for a dataset the generator did not write, or one
+    whose shoppers restock (their staples are not in these tastes)."""
+    path = dataset_dir / GENERATED
+    if not path.exists():
+        return None
+    made = json.loads(path.read_text())
+    size = ShopSize(**made["size"])
+    if size.repeat:
+        return None
+    rng = np.random.default_rng(made["seed"])
+    _, drawn = views(size, items_table(size, rng), rng)
+    return drawn
