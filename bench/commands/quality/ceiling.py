@@ -6,10 +6,12 @@ within that category, so the list that knows how the data was made is
 category", both fit on the build's training period (one pseudo count per
 category). It is scored on the build's own held-out split, on the users
 the build's evaluation takes, beside the baselines the gate compares with:
-a model that does not know the generator should not expect to beat it.
-Beside it, where the generator wrote the dataset (its ``generated.json``)
-and items are not bought again, the "oracle": the same list from the
-tastes the generator drew rather than fit ones, the most a list can know."""
+a model that does not know the generator should not expect to beat it by
+much. Beside it: the same list with the shares fit on every event type
+(views too, which the build does not learn from), and, where the
+generator wrote the dataset (its ``generated.json``) and items are not
+bought again, the "oracle": the list from the tastes the generator drew
+rather than fit ones, the most a list can know."""
 
 from __future__ import annotations
 
@@ -130,7 +132,7 @@ def ceiling(dataset_dir: Path, raw_dir: Path, ease_lambda: float) -> dict:
         lists = baseline_lists(neighbours, i, blocked, popularity_order)
         for name, scores_of in lists_by.items():
             scores = scores_of(user)
-            scores[blocked | (category < 0) | (scores <= 0)] = -np.inf
+            scores[blocked | (category < 0)] = -np.inf
             lists.append((name, np.argsort(-scores, kind="stable")[: max(CUTOFFS)]))
         for name, ranked in lists:
             out = totals.setdefault(name, {})
