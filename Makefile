@@ -18,7 +18,7 @@ OVER_THE_GATE ?=
 # PROMOTE=1: serve the build now, where another model is served (docs/delivery.md).
 PROMOTE ?=
 
-.PHONY: help setup proto artifacts run test test-setup test-fast lint bench clean debian-packages screenshots \
+.PHONY: help setup proto artifacts run test test-setup e2e-one-process test-fast lint bench clean debian-packages screenshots \
 	compose-up compose-down compose-test k8s-check
 
 help:  ## list the targets
@@ -104,6 +104,12 @@ test:  ## set everything up and run every test
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 test-setup: artifacts debian-packages $(KVENV)/.installed clients
+
+# make test runs the e2e suite with each service its own process (as Compose
+# and Kubernetes run them); this runs it against the request path in one
+# process (the local runner's default on a small host). CI runs both.
+e2e-one-process: artifacts  ## the e2e suite against the request path in one process
+	RECSERVE_E2E_ONE_PROCESS=true $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/e2e
 
 screenshots: artifacts clients debian-packages  ## refresh docs/img/explorer*.png from the explorer's browser test
 	RECSERVE_SCREENSHOTS=$(CURDIR)/docs/img $(PY) -m pytest -q tests/clients/test_explorer_browser.py
