@@ -5,9 +5,10 @@ VENV := .venv
 TVENV := .venv-triton
 KVENV := .venv-k8s
 # Test files run in this many pytest-xdist workers (tests/conftest.py orders
-# them). Three on 2 cores: the tests wait on stacks and rollouts for a
-# quarter of the time, the cores idle (pytest 12.3 min against 14.1 with two).
-TEST_WORKERS ?= 3
+# them). Three on 2 cores took 12 min against 14 (the cores were a quarter
+# idle with two), but starved a stack enough to fail a client's 0.3 s
+# attempt timeout once in five runs: two.
+TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
 DATA ?= data

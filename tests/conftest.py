@@ -22,7 +22,7 @@ def pytest_collection_modifyitems(config, items):
     )
 
 
-# Under pytest-xdist (make test: -n 3 --dist loadfile), files go to whichever
+# Under pytest-xdist (make test: -n 2 --dist loadfile), files go to whichever
 # worker is free, in this order: the longest first (marked ``long``: a few
 # minutes each), the many short unit tests last to fill in, so that the
 # workers finish together. A package's files stay together, so each worker
