@@ -6,8 +6,7 @@ TVENV := .venv-triton
 KVENV := .venv-k8s
 # Test files run in this many pytest-xdist workers (tests/conftest.py orders
 # them). Three on 2 cores took 12 min against 14 (the cores were a quarter
-# idle with two), but starved a stack enough to fail a client's 0.3 s
-# attempt timeout once in five runs: two.
+# idle with two); two until three have run clean often enough.
 TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
