@@ -11,7 +11,9 @@ from pipelines import baselines, sparse_baselines
 from pipelines.dataset import temporal_split
 from pipelines.item_neighbours import (
     CATEGORY_MIXES,
+    SHARP_MIXES,
     candidate_models,
+    category_mix,
     choose_model,
     confirmed_mixtures,
     fit_sources,
@@ -43,6 +45,32 @@ def test_category_popularity_scores_a_historys_category_shares_times_popularity_
     assert (history @ weights)[[1, 2]].tolist() == [0.0, 0.0]
 
 
+def test_an_item_in_two_categories_counts_where_its_buyers_shop():
+    """Item 5 is listed in A and B; its three buyers shop A otherwise: it
+    counts as A (nearly: a buyer's shares count item 5's own listing), and
+    a B history is barely offered it."""
+    membership = np.zeros((6, 2))
+    membership[[1, 2], 0] = 1.0
+    membership[[3, 4], 1] = 1.0
+    membership[5] = [0.5, 0.5]
+    matrix = np.zeros((5, 6), np.float32)
+    for user, items in enumerate([[1, 5], [2, 5], [1, 2, 5], [3, 4], [4]]):
+        matrix[user, items] = 1.0
+    attributed = baselines.attributed_membership(matrix, membership)
+    a = attributed[5, 0]
+    assert 0.95 < a < 1.0 and attributed[5].sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(attributed[:5], membership[:5])  # one category: as listed
+    weights = baselines.category_popularity(matrix, membership)
+    a_mass = 2 + 2 + 3 * a  # A's interactions: items 1 and 2 twice each, item 5 at its A share
+    np.testing.assert_allclose(weights[1, [2, 5]], [2 / a_mass, 3 * a / a_mass], rtol=1e-5)
+    b_mass = 1 + 2 + 3 * (1 - a)
+    assert weights[3, 5] == pytest.approx(3 * (1 - a) / b_mass, rel=1e-5)
+    assert weights[3, 5] < weights[1, 5]
+    squared = baselines.category_popularity(matrix, membership, 2.0)
+    a_squared = 4 + 4 + 9 * a  # counts squared: 4, 4, 9
+    np.testing.assert_allclose(squared[1, [2, 5]], [4 / a_squared, 9 * a / a_squared], rtol=1e-5)
+
+
 def test_category_membership_normalises_the_multi_hot_columns():
     features = np.array([[9, 0, 0], [9, 1, 1], [9, 1, 0]], np.float32)
     membership = baselines.category_membership(features, 1, 3)
@@ -72,10 +100,17 @@ def test_mixtures_add_category_popularity_to_ease_at_its_norm():
     mixed = item_item(matrix, "ease:10+category:2", membership)
     scale = np.linalg.norm(ease) / np.linalg.norm(category)
     np.testing.assert_allclose(mixed, ease + 2 * scale * category, rtol=1e-5, atol=1e-6)
+    sharp = item_item(matrix, "ease:10+category:3^2", membership)
+    squared = baselines.category_popularity(matrix, membership, 2.0)
+    scale = np.linalg.norm(ease) / np.linalg.norm(squared)
+    np.testing.assert_allclose(sharp, ease + 3 * scale * squared, rtol=1e-5, atol=1e-6)
+    assert category_mix("ease:10+category:3^2") == (3.0, 2.0)
+    assert category_mix("item_knn+category:0.3") == (0.3, 1.0)
+    assert category_mix("ease:300") == (0.0, 1.0)
     assert candidate_models(None)[-1] == "item_knn"
-    assert candidate_models(membership)[-len(CATEGORY_MIXES) :] == [
-        f"+category:{mix:g}" for mix in CATEGORY_MIXES
-    ]
+    plain = [f"+category:{mix:g}" for mix in CATEGORY_MIXES]
+    sharpened = [f"+category:{mix:g}^2" for mix in SHARP_MIXES]
+    assert candidate_models(membership)[-len(plain) - len(sharpened) :] == plain + sharpened
     assert not any("+" in name for name in candidate_models(membership[:, :1]))  # one category
 
 
@@ -102,7 +137,7 @@ def test_a_shop_whose_shoppers_keep_to_categories_is_served_the_mixture():
     frame, encoder, membership = keeping_to_categories()
     choice = choose_model(temporal_split(frame), encoder, membership)
     mixtures = {k for k in choice.validation_ndcg if "+category:" in k and " " not in k}
-    assert len(mixtures) == len(CATEGORY_MIXES)
+    assert len(mixtures) == len(CATEGORY_MIXES) + len(SHARP_MIXES)
     assert "+category:" in choice.model
     assert choice.validation_ndcg[f"{choice.model} confirm"] > max(
         v for k, v in choice.validation_ndcg.items() if k.endswith(" confirm") and "+" not in k
