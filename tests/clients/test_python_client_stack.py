@@ -124,12 +124,16 @@ def test_a_frozen_backend_degrades_the_answer_never_fails_it(stack, client, mark
 
 def test_a_frozen_gateway_costs_the_caller_nothing(stack):
     """One of two gateways hung: an attempt sent to it is abandoned after the
-    policy's attempt timeout (0.3 s) and sent again, to the other one. Five
-    attempts in 2 s rather than the default three in 1 s: beside the other
-    test workers' builds and stacks, the healthy gateway too can answer past
-    one 0.3 s attempt, and three attempts then all ran out (a full suite
-    failed so twice in six runs; alone it passes)."""
-    options = ClientOptions(timeout_s=2.0, retry=RetryPolicy(max_attempts=5))
+    policy's attempt timeout and sent again, to the other one. Here 0.45 s,
+    not the default 0.3 s, five attempts in 3 s: beside the other test
+    workers' builds and stacks the healthy gateway too answered past 0.3 s
+    (in full suites all of a call's attempts ran out: three in 1 s, then,
+    with three workers, five in 2 s). Still under Envoy's per-try timeout
+    (0.5 s, which would retry for the client: at 1 s no attempt was left to
+    the client to abandon)."""
+    options = ClientOptions(
+        timeout_s=3.0, retry=RetryPolicy(max_attempts=5, attempt_timeout_s=0.45)
+    )
     with RecserveClient(stack.envoy_address, options) as client:
         full_answer(client)
         gateways = stack.gateway_pids()
