@@ -8,6 +8,7 @@ KVENV := .venv-k8s
 # them). Three on 2 cores took 12 min against 14 (the cores were a quarter
 # idle with two); two until three have run clean often enough.
 TEST_WORKERS ?= 2
+PYTEST_WORKERS = -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 PY := $(VENV)/bin/python
 BUF := npx --yes @bufbuild/buf@1.75.0
 DATA ?= data
@@ -101,7 +102,7 @@ explorer: artifacts $(VENV)/.client  ## the recommendation explorer on 127.0.0.1
 # together: on a fresh machine the setup took 3.4 min one part at a time.
 test:  ## set everything up and run every test
 	$(MAKE) --no-print-directory -j4 --output-sync=target test-setup
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests
+	$(PY) -m pytest $(PYTEST_WORKERS) --durations=25 tests
 
 test-setup: artifacts debian-packages $(KVENV)/.installed clients
 
@@ -109,7 +110,7 @@ test-setup: artifacts debian-packages $(KVENV)/.installed clients
 # and Kubernetes run them); this runs it against the request path in one
 # process (the local runner's default on a small host). CI runs both.
 e2e-one-process: artifacts  ## the e2e suite against the request path in one process
-	RECSERVE_E2E_ONE_PROCESS=true $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/e2e
+	RECSERVE_E2E_ONE_PROCESS=true $(PY) -m pytest $(PYTEST_WORKERS) tests/e2e
 
 screenshots: artifacts clients debian-packages  ## refresh docs/img/explorer*.png from the explorer's browser test
 	RECSERVE_SCREENSHOTS=$(CURDIR)/docs/img $(PY) -m pytest -q tests/clients/test_explorer_browser.py

@@ -52,8 +52,7 @@ def kept_neighbours(num_rows: int) -> int:
 
 EASE_LAMBDAS = (100.0, 300.0, 1000.0)
 CATEGORY_MIXES = (0.3, 1.0, 3.0)  # category popularity's weight beside EASE's, scaled to its norm
-# Dense forms only, beside those: the counts squared, heavier too (2,000-product
-# shop's test split: weight 10 squared 5.2% above EASE, the plain ones 2.9%).
+# Dense only: counts squared, heavier too (2,000 products: 10 squared +5.2%, plain +2.9%)
 SHARP_MIXES = (1.0, 3.0, 10.0)
 SHARP_POWER = 2.0
 RECENCY_TAUS = (0.0, 100.0, 30.0, 10.0, 3.0)  # 0: every seed alike
@@ -128,6 +127,7 @@ def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None =
     fit = baselines.interactions(history_frame, encoder, everyone)
     index = {u: i for i, u in enumerate(everyone)}
     history = fit[[index[u] for u in window.users]]
+    shopped = baselines.attributed_membership(fit, membership)  # once per fit
     ndcg: dict[str, float] = {}
     best: tuple[float, str, np.ndarray] | None = None
     best_ease: tuple[float, str, np.ndarray] | None = None  # the mixtures' base, solved once
@@ -136,7 +136,7 @@ def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None =
             assert best_ease is not None
             _, base, ease_weights = best_ease
             name = base + name
-            weights = with_category(ease_weights.copy(), fit, name, membership)
+            weights = with_category(ease_weights.copy(), fit, name, shopped)
         else:
             weights = item_item(fit, name, membership)
         score = validation_ndcg(
@@ -159,7 +159,7 @@ def choose_model(split: Split, encoder: Encoder, membership: np.ndarray | None =
         if model == best_ease[1]:
             weights = best_ease[2]
         elif model != best[1] and "+category:" in model:  # its base: the best EASE
-            weights = with_category(best_ease[2].copy(), fit, model, membership)
+            weights = with_category(best_ease[2].copy(), fit, model, shopped)
         elif model != best[1]:
             weights = item_item(fit, model, membership)
     del best_ease, best
@@ -196,11 +196,12 @@ def confirmed_mixtures(
     history = fit[[index[u] for u in window.users]]
     ease_weights = item_item(fit, base)
     mixtures = [m for m in ndcg if m.startswith(base + "+category:") and ndcg[m] > ndcg[base]]
+    shopped = baselines.attributed_membership(fit, membership) if mixtures else None
     confirm: dict[str, float] = {}
     for name in [base, *mixtures]:
         weights = ease_weights
         if name != base:
-            weights = with_category(ease_weights.copy(), fit, name, membership)
+            weights = with_category(ease_weights.copy(), fit, name, shopped)
 
         def score(rows: np.ndarray, w: np.ndarray = weights) -> np.ndarray:
             return rows @ w
@@ -302,14 +303,16 @@ def item_item(matrix: np.ndarray, model: str, membership: np.ndarray | None = No
         weights = baselines.ease(matrix, float(base[5:]))
     else:
         weights = baselines.item_knn(matrix)
+    if category_mix(model)[0]:
+        membership = baselines.attributed_membership(matrix, membership)
     return with_category(weights, matrix, model, membership)
 
 
 def with_category(
     weights: np.ndarray, matrix: np.ndarray, model: str, membership: np.ndarray | None
 ) -> np.ndarray:
-    """``weights`` (the base model's, changed in place) plus, for a
-    ``+category:<weight>`` model, category popularity scaled to their norm."""
+    """``weights`` (changed in place) plus, for a ``+category:`` model, category
+    popularity scaled to their norm (``membership`` attributed to ``matrix``)."""
     mix, power = category_mix(model)
     if not mix:
         return weights

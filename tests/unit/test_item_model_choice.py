@@ -60,13 +60,13 @@ def test_an_item_in_two_categories_counts_where_its_buyers_shop():
     a = attributed[5, 0]
     assert 0.95 < a < 1.0 and attributed[5].sum() == pytest.approx(1.0)
     np.testing.assert_allclose(attributed[:5], membership[:5])  # one category: as listed
-    weights = baselines.category_popularity(matrix, membership)
+    weights = baselines.category_popularity(matrix, attributed)
     a_mass = 2 + 2 + 3 * a  # A's interactions: items 1 and 2 twice each, item 5 at its A share
     np.testing.assert_allclose(weights[1, [2, 5]], [2 / a_mass, 3 * a / a_mass], rtol=1e-5)
     b_mass = 1 + 2 + 3 * (1 - a)
     assert weights[3, 5] == pytest.approx(3 * (1 - a) / b_mass, abs=1e-6)
     assert weights[3, 5] < weights[1, 5]
-    squared = baselines.category_popularity(matrix, membership, 2.0)
+    squared = baselines.category_popularity(matrix, attributed, 2.0)
     a_squared = 4 + 4 + 9 * a  # counts squared: 4, 4, 9
     np.testing.assert_allclose(squared[1, [2, 5]], [4 / a_squared, 9 * a / a_squared], rtol=1e-5)
 
