@@ -169,8 +169,9 @@ class Runner:
         gateway's fallback cover the gap). Each component comes back on its
         own: one that dies while another is still getting ready is restarted
         at once, not after it. Returns the component that exited more than
-        ``max_restarts`` times within ``window_s`` or could not get ready
-        again: the caller stops the stack then."""
+        ``max_restarts`` times within ``window_s`` (a kill before it was
+        ready again counts as one more exit) or stayed up without getting
+        ready within the start timeout: the caller stops the stack then."""
         restarts: dict[str, deque[float]] = {}
         # A component's exit (its process's wait), or its comeback (True: ready again).
         exits: dict[asyncio.Task[Any], Component] = {
@@ -185,19 +186,30 @@ class Runner:
                 for task in done:
                     if task in comebacks:
                         component = comebacks.pop(task)
-                        if not task.result():
-                            return component
-                        back = f"{component.name:>{self._width}} | ready again {component.address}"
-                        self.say(back.rstrip())
-                        exits[self._exit_of(component)] = component
-                        continue
-                    component = exits.pop(task)
+                        if task.result():
+                            back = (
+                                f"{component.name:>{self._width}} | ready again {component.address}"
+                            )
+                            self.say(back.rstrip())
+                            exits[self._exit_of(component)] = component
+                            continue
+                        if not self._exited_again(component):
+                            return component  # alive but never ready: a hang, not a crash
+                    else:
+                        component = exits.pop(task)
                     if not self._may_restart(component, restarts, max_restarts, window_s):
                         return component
                     comebacks[asyncio.create_task(self._restart(component))] = component
         finally:
             for task in (*exits, *comebacks):
                 task.cancel()
+
+    @staticmethod
+    def _exited_again(component: Component) -> bool:
+        """Whether a comeback failed because the component exited (killed
+        again before it was seen ready, as a crash loop or a second kill
+        would): that is one more exit, under the same restart limit."""
+        return component.process is not None and component.process.returncode is not None
 
     @staticmethod
     def _exit_of(component: Component) -> asyncio.Task[int]:

@@ -91,3 +91,36 @@ async def test_a_component_whose_children_outlive_it_is_restarted_at_once(tmp_pa
     finally:
         supervising.cancel()
         await runner.stop()
+
+
+async def test_a_component_killed_again_before_it_was_ready_is_restarted_again(tmp_path):
+    """A second kill while the runner still waits for the restarted process
+    to be ready (a test or a crash loop can be quicker than its probes) is
+    one more exit under the restart limit, not the end of the stack."""
+    held = {"ready": True}
+
+    async def ready() -> bool:
+        return held["ready"]
+
+    flaky = Component("flaky", SLEEPER, ready)
+    out = io.StringIO()
+    runner = Runner([flaky], tmp_path / "logs", out=out, start_timeout_s=60)
+    await runner.start()
+    supervising = asyncio.create_task(runner.supervise(max_restarts=3))
+    try:
+        held["ready"] = False
+        started = flaky.process
+        _kill(flaky)
+        await _until(lambda: flaky.process is not started)
+        first_restart = flaky.process
+        assert "flaky | exited with code -9; restarting (1 of 3" in out.getvalue()
+        _kill(flaky)
+        await _until(lambda: "flaky | exited with code -9; restarting (2 of 3" in out.getvalue())
+        assert flaky.process is not first_restart
+        held["ready"] = True
+        await _until(lambda: "flaky | ready again" in out.getvalue())
+        assert not supervising.done()
+        assert flaky.process is not None and flaky.process.returncode is None
+    finally:
+        supervising.cancel()
+        await runner.stop()
