@@ -393,11 +393,22 @@ async def test_a_users_stored_vector_is_served_only_for_its_profile_and_recomput
         await ranker.stop(0)
 
 
-async def test_an_artifact_published_while_running_serves_the_views_it_adds(built, tmp_path):
+async def test_an_artifact_published_while_running_serves_the_views_it_adds(
+    built, tmp_path, monkeypatch
+):
     """Started on an artifact built before stored user vectors, the service
     publishes a newer one that stores them when CURRENT moves to it, and
     serves them without a restart (the feature sets Feast's registry now
-    has, not the ones read at start)."""
+    has, not the ones read at start). Its files are hashed when it is
+    published, not at every look for a new one."""
+    from services.features import server
+
+    looks, verified = [], []
+    real_verify, real_published = artifacts.verify, server.published_version
+    monkeypatch.setattr(artifacts, "verify", lambda d: (verified.append(d.name), real_verify(d))[1])
+    monkeypatch.setattr(
+        server, "published_version", lambda *a: (looks.append(1), real_published(*a))[1]
+    )
     data_dir = data_dir_for_versions(tmp_path / "data", built.directory.parents[1])
     root = artifacts.artifacts_root(data_dir)
     older = root / f"{built.version}-older"
@@ -420,6 +431,14 @@ async def test_an_artifact_published_while_running_serves_the_views_it_adds(buil
             and user.vector_f32 == b""
             and not service.domain.user_reader.stores_vectors()
         )
+        at_start = list(verified)
+        looked = len(looks)
+
+        async def a_few_looks() -> bool:
+            return len(looks) >= looked + 5
+
+        await apoll_until(a_few_looks, 30, 0.1)
+        assert verified == at_start and set(at_start) == {older.name}  # nothing new: no hashing
         artifacts.set_current(data_dir, built.version)
 
         async def vector_served() -> bool:
@@ -428,6 +447,7 @@ async def test_an_artifact_published_while_running_serves_the_views_it_adds(buil
 
         await apoll_until(vector_served, 180, 0.5)
         assert service.domain.user_reader.stores_vectors()
+        assert set(verified[len(at_start) :]) == {built.version}
     finally:
         await channel.close()
         await service.stop(0)
