@@ -7,15 +7,16 @@ starts such a stack of its own when the suite runs the backends apart."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
+from recserve_stack.probes import grpc_serving
 from tests.e2e.conftest import ONE_PROCESS
 from tests.helpers import data_dir_with_artifacts, full_answer, poll_until
 from tests.stack import running_stack
@@ -59,15 +60,8 @@ def calls(metrics: str, service: str, method: str) -> float:
 
 
 def serving(stack, name: str) -> bool:
-    """Whether ``name``'s port answers its health check with SERVING."""
-    with stack.internal_channel(name) as channel:
-        try:
-            health = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=5
-            )
-        except grpc.RpcError:
-            return False
-    return health.status == health_pb2.HealthCheckResponse.SERVING
+    """Whether ``name``'s port answers SERVING (the runner's own probe)."""
+    return asyncio.run(grpc_serving(stack.address(name), timeout_s=5, tls=stack.tls))
 
 
 def test_one_process_hosts_the_backends_and_each_keeps_its_port(one):
