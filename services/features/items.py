@@ -36,6 +36,9 @@ class ItemReader:
             maxsize=max(settings.item_cache_size, 1), ttl=settings.item_cache_ttl_s
         )
         self._cache_lock = threading.Lock()
+        # Statistics merged from events, not yet in the store
+        # (services.features.events): read before the store's.
+        self.unwritten: dict[str, dict[str, object]] = {}
         # Every item of the published artifact, for watchers (ranker, gateway).
         self.catalogue: Catalogue[ItemRecord] = Catalogue()
 
@@ -46,6 +49,7 @@ class ItemReader:
 
     def read(self, item_ids: Sequence[str]) -> list[ItemRecord]:
         profiles, stats = self.profile.read(item_ids), self.stats.read(item_ids)
+        stats = [self.unwritten.get(i, stat) for i, stat in zip(item_ids, stats, strict=True)]
         return [
             ItemRecord(
                 item_id=item_id,

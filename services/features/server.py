@@ -88,6 +88,8 @@ async def create_server(settings: FeaturesSettings) -> Service:
 
     service.run_in_background(watch_publishes)
     service.on_stop.append(features.catalogue.close)
+    # Once no call can push more: the merged rows into the store.
+    service.cleanups.append(features.event_writer.close)
     service.cleanups.append(features.vectors.close)
     service.domain = features
     return service

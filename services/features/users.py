@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from feast import FeatureStore, FeatureView
@@ -81,6 +81,9 @@ class UserReader:
         self.profile = OnlineView(store, "user_profile", "user_id")
         self.activity = OnlineView(store, "user_activity", "user_id")
         self.vectors = OnlineView(store, USER_VECTORS, "user_id")
+        # Activity rows merged from events, not yet in the store
+        # (services.features.events): read before the store's.
+        self.unwritten: dict[str, dict[str, Any]] = {}
         self._live: tuple[int, dict[str, object] | None] = (0, None)
         self._user_views: tuple[object, list[FeatureView]] = (None, [])
 
@@ -139,7 +142,17 @@ class UserReader:
                 rows[name] = [plain(values.get(name)) if values else None for _, values in read]
         if live is None:
             rows["item_ids"] = rows["run_id"] = [None] * len(user_ids)
+        self._with_unwritten(user_ids, rows)
         return self._records(user_ids, rows, live)
+
+    def _with_unwritten(self, user_ids: Sequence[str], rows: dict[str, list[object]]) -> None:
+        """The activity columns of users whose newest rows await the store."""
+        for i, user_id in enumerate(user_ids):
+            activity = self.unwritten.get(user_id)
+            if activity is not None:
+                for name, value in activity.items():
+                    if name in rows:  # the columns the user_features service reads
+                        rows[name][i] = value
 
     def _records(
         self,

@@ -5,15 +5,17 @@ once (recserve_model.profile_key), so the next Recommend embeds on the way
 (many users a call), which answers with the version each user is on, and
 writes the vectors with the new profile's keys to the online store, so
 the Recommend after that skips the embed stage again. Users are taken in
-batches as they come; a user whose profile changes again before their
-vector is written is computed again (the key says which profile a vector
-is for, never a stale one served)."""
+rounds (every user changed since the last, then a rest of at least half a
+second): a user whose profile changes again meanwhile is computed once
+more in the next round (the key says which profile a vector is for, never
+a stale one served)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +42,8 @@ WRITTEN = Counter(
 )
 BATCH = 256  # users a call: the most the ranker's EmbedUsers takes
 MAX_PENDING = 100_000  # beyond it a changed user is embedded on the way until their next event
+REST_S = 0.5  # between rounds at least; as long as a slow round took, up to
+MAX_REST_S = 2.0
 
 
 class VectorRefresher:
@@ -74,19 +78,28 @@ class VectorRefresher:
     async def _run(self) -> None:
         try:
             while self.pending:
-                batch = {u: self.pending[u] for u in itertools.islice(self.pending, BATCH)}
-                for user_id in batch:
-                    del self.pending[user_id]
-                try:
-                    await self._refresh(batch)
-                except Exception:
-                    # The store or a read failed: these users' stale vectors
-                    # are never served (their key no longer matches); they
-                    # are embedded on the way until their next event.
-                    WRITTEN.labels("failed").inc(len(batch))
-                    log.exception("cannot compute %d users' vectors", len(batch))
+                # A round: every user changed since the last, in batches;
+                # then a rest, so that a user who changes again meanwhile
+                # (a busy user, under a flood) is computed once a round.
+                todo, self.pending = self.pending, {}
+                started = time.monotonic()
+                users = iter(todo)
+                while batch := {u: todo[u] for u in itertools.islice(users, BATCH)}:
+                    await self._refresh_or_log(batch)
+                if self.pending:
+                    await asyncio.sleep(min(max(time.monotonic() - started, REST_S), MAX_REST_S))
         finally:
             self.idle.set()
+
+    async def _refresh_or_log(self, batch: Mapping[str, Mapping[str, Any]]) -> None:
+        try:
+            await self._refresh(batch)
+        except Exception:
+            # The store or a read failed: these users' stale vectors are
+            # never served (their key no longer matches); they are embedded
+            # on the way until their next event.
+            WRITTEN.labels("failed").inc(len(batch))
+            log.exception("cannot compute %d users' vectors", len(batch))
 
     async def _refresh(self, activities: Mapping[str, Mapping[str, Any]]) -> None:
         # The profile from the store, the activity as just written (not read

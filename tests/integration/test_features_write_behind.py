@@ -1,0 +1,98 @@
+"""Events written behind their push, with the real Feast stores (SQLite and
+Redis): a push is served at once, before the store has it; what merges
+while a write is under way is written next, not lost; a clean stop writes
+everything merged. The store's write is held back (a gate, or a slow
+store) to see each moment; the writes themselves are the real ones."""
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from recserve.features.v1 import features_pb2 as pb
+from tests.integration.test_features import start
+
+USER = "7"
+NAMES = ["rating_count", "recent_item_ids"]
+
+
+def stored_activity(service, user_id: str) -> dict[str, object]:
+    """The user's activity as Feast's SDK reads it from the online store."""
+    rows = service.domain.store.get_online_features(
+        features=[f"user_activity:{n}" for n in NAMES], entity_rows=[{"user_id": user_id}]
+    ).to_dict()
+    return {n: rows[n][0] for n in NAMES}
+
+
+def event(item_id: str, rating: float) -> pb.PushUserEventsRequest:
+    when = Timestamp()
+    when.FromDatetime(datetime.now(UTC))
+    return pb.PushUserEventsRequest(
+        events=[pb.UserEvent(user_id=USER, item_id=item_id, rating=rating, event_time=when)]
+    )
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def started(request, built, tmp_path):
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
+    service, channel, stub = await start(built, tmp_path, url)
+    yield service, stub
+    await channel.close()
+    await service.stop(0)
+
+
+async def test_a_push_is_served_at_once_and_what_merges_during_a_write_is_written_next(
+    started, monkeypatch
+):
+    service, stub = started
+    writer = service.domain.event_writer
+    gate = threading.Event()
+    real_write = writer._write
+
+    def held_write(*args):  # the store's write waits for the gate, then runs as ever
+        assert gate.wait(30), "the gate was never opened"
+        real_write(*args)
+
+    monkeypatch.setattr(writer, "_write", held_write)
+    before = stored_activity(service, USER)
+    item = (await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=["11"]))).items[0]
+
+    await stub.PushUserEvents(event("11", 5.0))  # its write starts, and waits
+    await stub.PushUserEvents(event("12", 0))  # merged while the first is under way
+    served = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=USER))).user
+    assert served.rating_count == before["rating_count"] + 2
+    assert list(served.recent_item_ids[:2]) == ["12", "11"]
+    assert stored_activity(service, USER) == before  # the store has neither yet
+    assert USER in service.domain.user_reader.unwritten
+
+    gate.set()
+    await writer.flush()
+    stored = stored_activity(service, USER)
+    assert stored["rating_count"] == before["rating_count"] + 2  # both, not the first alone
+    assert stored["recent_item_ids"][:2] == ["12", "11"]
+    assert not service.domain.user_reader.unwritten and not service.domain.item_reader.unwritten
+    service.domain.invalidate_items(["11"])  # the item's statistics, from the store
+    after = (await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=["11"]))).items[0]
+    assert after.popularity == item.popularity + 1
+
+
+async def test_a_clean_stop_writes_every_merged_row(built, tmp_path, monkeypatch):
+    service, channel, stub = await start(built, tmp_path)
+    writer = service.domain.event_writer
+    real_write = writer._write
+
+    def slow_write(*args):  # a slow store: each write takes 0.3 s more
+        time.sleep(0.3)
+        real_write(*args)
+
+    monkeypatch.setattr(writer, "_write", slow_write)
+    before = stored_activity(service, USER)
+    await stub.PushUserEvents(event("11", 4.0))
+    await stub.PushUserEvents(event("12", 3.0))
+    await channel.close()
+    await service.stop(0)
+    assert writer._writer is not None and writer._writer.done()
+    assert stored_activity(service, USER)["rating_count"] == before["rating_count"] + 2
+    assert not service.domain.user_reader.unwritten
