@@ -51,7 +51,7 @@ MAX_REST_S = 0.5
 # And at least this while events keep coming: the features service answers
 # a call before it writes (it merges, and writes behind), so a rest as long
 # as the call alone made calls of about a hundred events, each paying the
-# call's own costs: 40% more CPU an event at 5,000 a second (measured).
+# call's own costs (its items sent to watchers, its users' rows read).
 MIN_REST_S = 0.25
 LOG_EVERY_S = 10.0  # a full queue is logged at most this often
 log = logging.getLogger(__name__)
