@@ -2,15 +2,15 @@
 each item's statistics, once per user and item a batch; the items' new
 values go to watchers at once.
 
-Written behind: a push merges its events into the rows not yet written
-(``UserReader.unwritten``, ``ItemReader.unwritten``), which reads serve at
-once, and answers; one writer task puts them into the online store
+Written behind, answered when written: a push merges its events into the
+rows not yet written (``UserReader.unwritten``, ``ItemReader.unwritten``),
+which reads serve at once; one writer task puts them into the online store
 (services.features.online), all that merged since its last write in one,
-then rests (``REST_S``, longer after a slow write). How soon an
-event shows no longer waits for the store's write, which took most of a
-push at thousands of events a second; the store has each row within one
-write of its push. Rows not yet written are lost with the process, as a
-push that failed is: the events stay on disk, learned at the next build."""
+then rests (``REST_S``, longer after a slow write); the push answers once
+the write that holds its rows is done, so an answered push is in the
+store as before. How soon an event shows no longer waits for the store's
+write, which took most of a push at thousands of events a second; the
+callers keep several pushes under way (services.gateway.online_updates)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,8 @@ class EventWriter:
         self._newest = datetime.fromtimestamp(0, UTC)  # the newest event merged
         self._writer: asyncio.Task[None] | None = None
         self._hurry = asyncio.Event()  # set by flush: no rest between writes
+        self._merged = 0  # merges so far
+        self._stored = 0  # of which the store has all
 
     def validate(self, events: Sequence[Event]) -> None:
         if not events:
@@ -95,12 +97,16 @@ class EventWriter:
                 await self._written.wait_for(lambda: len(self.users.unwritten) < MAX_UNWRITTEN)
         async with self._merge_lock:
             rows, items = await asyncio.to_thread(self._merge, events)
+            self._merged += 1
+            merge = self._merged
             # The items' popularity changed: the cache and watchers (the
             # ranker's feature table) get the new values, as a read would
             # give them; on the loop, as watchers are.
             self.items.replace(items)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_behind())
+        async with self._written:  # served already; answered once stored
+            await self._written.wait_for(lambda: self._stored >= merge)
         return rows
 
     def _merge(self, events: Sequence[Event]) -> tuple[dict[str, dict[str, Any]], list[ItemRecord]]:
@@ -129,6 +135,7 @@ class EventWriter:
         while self.users.unwritten or self.items.unwritten:
             async with self._merge_lock:
                 users, items = dict(self.users.unwritten), dict(self.items.unwritten)
+                merged = self._merged  # every merge up to here is in this write
                 # Written rows must be newer than what the store holds.
                 at = max(datetime.now(UTC), self._newest)
             started = time.monotonic()
@@ -146,6 +153,7 @@ class EventWriter:
                 ):
                     forget_written(unwritten, done)
             async with self._written:
+                self._stored = merged
                 self._written.notify_all()
             with contextlib.suppress(TimeoutError):  # rested: what merged meanwhile goes next
                 await asyncio.wait_for(self._hurry.wait(), min(max(took, REST_S), MAX_REST_S))

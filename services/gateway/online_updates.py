@@ -2,14 +2,17 @@
 
 The events call answers once its batch is on disk; the features service
 gets the batch's taste-changing events from a queue drained by one sender,
-which merges what queued while its last call ran and while it rested
-after it (as long as that call took, at least ``min_rest_s`` and at most
-``max_rest_s``), up to
-``max_batch`` events a call: at a marketplace's event rate the features service then
-writes a few large batches a second instead of a call per events call,
-each user's row once a batch however many events they sent, and
-a slow features service slows nobody's events call. The queue is bounded:
-past ``max_queued`` events a batch is dropped from the live update (kept on
+which sends at most one call every ``interval_s`` while events keep coming
+(the first after a quiet spell at once), each with all that queued since,
+per token and up to ``max_batch`` events: at a marketplace's event rate
+the features service then takes a few large batches a second instead of a
+call per events call, each user's row once a batch however many events
+they sent. The features service serves a call's events at once and
+answers when its online store has them (services.features.events), about
+half a second later: up to ``max_in_flight`` calls are under way at once,
+so an event never waits for an earlier call's write, and a slow features
+service slows nobody's events call. The queue is bounded: past
+``max_queued`` events a batch is dropped from the live update (kept on
 disk, learned at the next build), counted and logged.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -40,19 +44,16 @@ ONLINE = Counter(
 # flood the features service writes once per user per call, not per event
 # (the features service's max_events takes as many).
 MERGED_EVENTS = 10_000
-TIMEOUT_S = 10.0  # one merged call of up to max_batch events
-# Between calls the sender rests as long as its last call took, at most
-# this: live updates then hold the process about half the time at most, the
-# events call keeps being answered meanwhile, and the next call merges what
-# arrived. Without the rest, a store whose client holds the GIL (Redis) kept
-# the events call waiting, few events queued, and each call wrote about one
-# row an event: 1,500 events a second acknowledged, not 5,000.
-MAX_REST_S = 0.5
-# And at least this while events keep coming: the features service answers
-# a call before it writes (it merges, and writes behind), so a rest as long
-# as the call alone made calls of about a hundred events, each paying the
-# call's own costs (its items sent to watchers, its users' rows read).
-MIN_REST_S = 0.25
+TIMEOUT_S = 10.0  # one merged call of up to max_batch events, until stored
+# While events keep coming, one call this often at most: each merges what
+# queued since. Calls sent as they came (each answered in a few ms before
+# the features service wrote behind them) held about a hundred events, each
+# paying the call's own costs (its items sent to watchers, its users' rows
+# read).
+SEND_EVERY_S = 0.25
+# Calls under way at once: each answers when stored (the features service
+# writes about twice a second), so two or three are usually under way.
+MAX_IN_FLIGHT = 4
 LOG_EVERY_S = 10.0  # a full queue is logged at most this often
 log = logging.getLogger(__name__)
 Metadata = tuple[tuple[str, str], ...]
@@ -64,18 +65,19 @@ class OnlineUpdates:
         features: Client | None,
         max_batch: int = MERGED_EVENTS,
         max_queued: int = 100_000,
-        max_rest_s: float = MAX_REST_S,
-        min_rest_s: float = MIN_REST_S,
+        interval_s: float = SEND_EVERY_S,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.features = features
         self.max_batch = max_batch
         self.max_queued = max_queued
-        self.max_rest_s = max_rest_s
-        self.min_rest_s = min(min_rest_s, max_rest_s)
-        self._last_call_s = 0.0  # how long the last call took; 0 after the queue ran dry
+        self.interval_s = interval_s
         self.queue: deque[tuple[Metadata, list[fpb.UserEvent]]] = deque()
         self.queued = 0
         self._sender: asyncio.Task[None] | None = None
+        self._sent_at = -math.inf  # when the last call went
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._calls: set[asyncio.Task[None]] = set()
         self._dropped_logged_at = 0.0
 
     def submit(self, events: Sequence[fpb.UserEvent], token: Metadata) -> None:
@@ -111,34 +113,40 @@ class OnlineUpdates:
         return token, events
 
     async def _drain(self) -> None:
-        assert self.features is not None
         while self.queue:
-            rest = 0.0  # after a quiet spell the first events go at once
-            if self._last_call_s > 0:
-                rest = min(max(self._last_call_s, self.min_rest_s), self.max_rest_s)
-            if rest > 0:
-                await asyncio.sleep(rest)  # what arrives meanwhile joins the next call
+            wait = self._sent_at + self.interval_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)  # what arrives meanwhile joins the next call
+            await self._slots.acquire()  # and what arrives while all calls are under way
             token, events = self._next_call()
-            started = time.monotonic()
-            try:
-                await self.features.PushUserEvents(
-                    fpb.PushUserEventsRequest(events=events),
-                    timeout=TIMEOUT_S,
-                    metadata=[*outbound_metadata(), *token],
-                )
-            except grpc.aio.AioRpcError as error:
-                ONLINE.labels("failed").inc(len(events))
-                log.warning(
-                    "kept %d events but could not update live features: %s %s",
-                    len(events), error.code().name, error.details(),
-                )  # fmt: skip
-                continue
-            finally:
-                self._last_call_s = time.monotonic() - started
+            self._sent_at = time.monotonic()
+            call = asyncio.create_task(self._send(token, events))
+            self._calls.add(call)
+            call.add_done_callback(self._calls.discard)
+
+    async def _send(self, token: Metadata, events: list[fpb.UserEvent]) -> None:
+        assert self.features is not None
+        try:
+            await self.features.PushUserEvents(
+                fpb.PushUserEventsRequest(events=events),
+                timeout=TIMEOUT_S,
+                metadata=[*outbound_metadata(), *token],
+            )
+        except grpc.aio.AioRpcError as error:
+            ONLINE.labels("failed").inc(len(events))
+            log.warning(
+                "kept %d events but could not update live features: %s %s",
+                len(events), error.code().name, error.details(),
+            )  # fmt: skip
+        else:
             ONLINE.labels("updated").inc(len(events))
-        self._last_call_s = 0.0  # ran dry: the next event goes at once
+        finally:
+            self._slots.release()
 
     async def idle(self) -> None:
-        """Until everything queued has been sent (tests, shutdown)."""
-        while self._sender is not None and not self._sender.done():
-            await asyncio.shield(self._sender)
+        """Until everything queued has been sent and answered (tests, shutdown)."""
+        while (self._sender is not None and not self._sender.done()) or self._calls:
+            if self._sender is not None and not self._sender.done():
+                await asyncio.shield(self._sender)
+            if self._calls:
+                await asyncio.wait(list(self._calls))

@@ -127,9 +127,7 @@ async def test_item_cache_serves_repeats_and_a_push_caches_what_it_wrote(feature
     # Item 11 changed: the cache holds what the push wrote, not the old value.
     assert third.cache_hits == 3
     assert third.items[1].popularity == second.items[1].popularity + 1
-    # And that is what the online store holds, once written behind the
-    # push: read again past the cache.
-    await service.domain.event_writer.flush()
+    # And that is what the online store holds: read again past the cache.
     service.domain.invalidate_items(["11"])
     fourth = await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=ids))
     assert fourth.cache_hits == 2 and fourth.items[1] == third.items[1]
@@ -235,7 +233,7 @@ async def test_direct_user_read_equals_the_sdk_read(features):
 
 async def test_live_writes_and_item_reads_below_the_sdk_agree_with_the_sdk(features):
     """Events are written, and items read, through Feast's online store
-    interface below its SDK: what a push wrote (behind it), the SDK reads back as the
+    interface below its SDK: what a push wrote, the SDK reads back as the
     service serves it (a new user included), and item reads equal the SDK's."""
     stub, service = features
     when = Timestamp()
@@ -245,7 +243,6 @@ async def test_live_writes_and_item_reads_below_the_sdk_agree_with_the_sdk(featu
         pb.UserEvent(user_id="not-in-the-export", item_id="12", rating=0, event_time=when),
     ]
     await stub.PushUserEvents(pb.PushUserEventsRequest(events=events))
-    await service.domain.event_writer.flush()  # written behind the push
     store = service.domain.store
     ids = ["7", "not-in-the-export"]
     names = ["rating_count", "mean_rating", "recent_item_ids", "seen_item_ids"]

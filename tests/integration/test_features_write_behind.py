@@ -1,9 +1,11 @@
 """Events written behind their push, with the real Feast stores (SQLite and
-Redis): a push is served at once, before the store has it; what merges
-while a write is under way is written next, not lost; a clean stop writes
-everything merged. The store's write is held back (a gate, or a slow
-store) to see each moment; the writes themselves are the real ones."""
+Redis): a push's events are served at once, before the store has them; the
+push answers once they are stored; what merges while a write is under way
+is written next, not lost; a clean stop writes everything merged. The
+store's write is held back (a gate, or a slow store) to see each moment;
+the writes themselves are the real ones."""
 
+import asyncio
 import threading
 import time
 from datetime import UTC, datetime
@@ -12,6 +14,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from recserve.features.v1 import features_pb2 as pb
+from tests.helpers import apoll_until
 from tests.integration.test_features import start
 
 USER = "7"
@@ -43,7 +46,7 @@ async def started(request, built, tmp_path):
     await service.stop(0)
 
 
-async def test_a_push_is_served_at_once_and_what_merges_during_a_write_is_written_next(
+async def test_a_push_is_served_at_once_answered_once_stored_and_what_merges_meanwhile_too(
     started, monkeypatch
 ):
     service, stub = started
@@ -59,19 +62,26 @@ async def test_a_push_is_served_at_once_and_what_merges_during_a_write_is_writte
     before = stored_activity(service, USER)
     item = (await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=["11"]))).items[0]
 
-    await stub.PushUserEvents(event("11", 5.0))  # its write starts, and waits
-    await stub.PushUserEvents(event("12", 0))  # merged while the first is under way
-    served = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=USER))).user
-    assert served.rating_count == before["rating_count"] + 2
+    first = asyncio.ensure_future(stub.PushUserEvents(event("11", 5.0)))  # its write waits
+    second = asyncio.ensure_future(stub.PushUserEvents(event("12", 0)))  # merged meanwhile
+
+    async def served_both():
+        user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=USER))).user
+        return user.rating_count == before["rating_count"] + 2 and user
+
+    served = await apoll_until(served_both, 30, 0.02)
     assert list(served.recent_item_ids[:2]) == ["12", "11"]
     assert stored_activity(service, USER) == before  # the store has neither yet
+    assert not first.done() and not second.done()  # answered only once stored
     assert USER in service.domain.user_reader.unwritten
 
     gate.set()
-    await writer.flush()
+    await first
+    await second  # answered: in the store
     stored = stored_activity(service, USER)
     assert stored["rating_count"] == before["rating_count"] + 2  # both, not the first alone
     assert stored["recent_item_ids"][:2] == ["12", "11"]
+    await writer.flush()
     assert not service.domain.user_reader.unwritten and not service.domain.item_reader.unwritten
     service.domain.invalidate_items(["11"])  # the item's statistics, from the store
     after = (await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=["11"]))).items[0]
@@ -89,10 +99,16 @@ async def test_a_clean_stop_writes_every_merged_row(built, tmp_path, monkeypatch
 
     monkeypatch.setattr(writer, "_write", slow_write)
     before = stored_activity(service, USER)
-    await stub.PushUserEvents(event("11", 4.0))
-    await stub.PushUserEvents(event("12", 3.0))
+    pushes = [asyncio.ensure_future(stub.PushUserEvents(event(i, 4.0))) for i in ("11", "12")]
+
+    async def both_merged():
+        user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=USER))).user
+        return user.rating_count == before["rating_count"] + 2
+
+    await apoll_until(both_merged, 30, 0.02)
+    await service.stop(0)  # the pushes' callers gone or not, what merged is written
+    await asyncio.gather(*pushes, return_exceptions=True)
     await channel.close()
-    await service.stop(0)
     assert writer._writer is not None and writer._writer.done()
     assert stored_activity(service, USER)["rating_count"] == before["rating_count"] + 2
     assert not service.domain.user_reader.unwritten

@@ -1,15 +1,19 @@
 """The gateway's queue of live feature updates (services.gateway.online_updates):
-what queues while a call runs goes in one call, per token and up to the
-features service's limit; a full queue drops (counted), a failed call is
-counted and the rest still go. The real path: tests/e2e/test_events.py."""
+what queues between calls goes in one call, per token and up to the
+features service's limit; calls go at most one an interval, several under
+way at once, the first after a quiet spell at once; a full queue drops
+(counted), a failed call is counted and the rest still go. The real path:
+tests/e2e/test_events.py."""
 
 import asyncio
+import time
 
 import grpc
 import pytest
 
 from recserve.features.v1 import features_pb2 as fpb
 from services.gateway.online_updates import ONLINE, OnlineUpdates
+from tests.helpers import apoll_until
 
 APP = (("authorization", "Bearer app"),)
 OTHER = (("authorization", "Bearer other"),)
@@ -20,16 +24,17 @@ def events(n, user="u"):
 
 
 class Features:
-    """Records each call; the first waits until released, so batches queue."""
+    """Records each call; the first (or every one) waits until released, so batches queue."""
 
-    def __init__(self, fail_first=False):
+    def __init__(self, fail_first=False, hold_every_call=False):
         self.calls = []
         self.release = asyncio.Event()
         self.fail_first = fail_first
+        self.hold_every_call = hold_every_call
 
     async def PushUserEvents(self, request, timeout, metadata):
         self.calls.append((len(request.events), dict(metadata).get("authorization")))
-        if len(self.calls) == 1:
+        if len(self.calls) == 1 or self.hold_every_call:
             await self.release.wait()
             if self.fail_first:
                 raise grpc.aio.AioRpcError(
@@ -44,7 +49,7 @@ def count(outcome):
 
 async def test_what_queues_during_a_call_goes_in_one_call_per_token_and_limit():
     features = Features()
-    online = OnlineUpdates(features, max_batch=250)
+    online = OnlineUpdates(features, max_batch=250, interval_s=0.01)
     online.submit(events(10), APP)  # in flight, held
     await asyncio.sleep(0)
     for _ in range(4):
@@ -66,7 +71,7 @@ async def test_what_queues_during_a_call_goes_in_one_call_per_token_and_limit():
 async def test_a_batch_above_the_limit_is_split():
     features = Features()
     features.release.set()
-    online = OnlineUpdates(features, max_batch=300)
+    online = OnlineUpdates(features, max_batch=300, interval_s=0.01)
     online.submit(events(700), APP)
     await online.idle()
     assert [n for n, _ in features.calls] == [300, 300, 100]
@@ -74,7 +79,7 @@ async def test_a_batch_above_the_limit_is_split():
 
 async def test_a_full_queue_drops_and_a_failed_call_does_not_stop_the_rest():
     features = Features(fail_first=True)
-    online = OnlineUpdates(features, max_batch=1000, max_queued=150)
+    online = OnlineUpdates(features, max_batch=1000, max_queued=150, interval_s=0.01)
     dropped, failed, updated = count("dropped"), count("failed"), count("updated")
     online.submit(events(100), APP)  # in flight: no longer queued
     await asyncio.sleep(0)
@@ -96,19 +101,40 @@ async def test_without_a_features_service_nothing_queues(features):
     assert online.queued == 0 and not online.queue
 
 
-async def test_after_a_long_call_the_sender_rests_and_merges_what_arrives_meanwhile():
-    """A call that took long is followed by a rest as long (at most
-    max_rest_s): events submitted during the rest go in the next call with
-    those queued during the call, not in a call of their own."""
-    features = Features()
-    online = OnlineUpdates(features, max_rest_s=5.0)
+async def test_a_call_under_way_holds_no_other_and_what_queues_while_all_are_goes_in_one():
+    """Calls go one an interval without waiting for the ones under way (each
+    answers only once stored), up to max_in_flight; what queues while every
+    call is under way goes in the next, together."""
+    features = Features(hold_every_call=True)
+    online = OnlineUpdates(features, interval_s=0.01, max_in_flight=2)
     online.submit(events(10), APP)
-    await asyncio.sleep(0)
-    online.submit(events(20), APP)  # queued during the call
-    await asyncio.sleep(0.6)  # the call takes 0.6 s
-    features.release.set()
-    await asyncio.sleep(0.1)  # the sender rests about 0.6 s from the release
+    await apoll_until(async_true(lambda: len(features.calls) == 1))
+    online.submit(events(20), APP)
+    await apoll_until(async_true(lambda: len(features.calls) == 2))  # the first still under way
     online.submit(events(30), APP)
+    online.submit(events(40), APP)
+    await asyncio.sleep(0.05)  # five intervals: no third call while both are under way
+    assert len(features.calls) == 2
+    features.release.set()
     await online.idle()
-    assert [n for n, _ in features.calls] == [10, 50]
-    assert online._last_call_s == 0.0  # ran dry: the next event goes at once
+    assert [n for n, _ in features.calls] == [10, 20, 70]
+
+
+async def test_after_a_quiet_spell_the_first_events_go_at_once():
+    features = Features()
+    features.release.set()
+    online = OnlineUpdates(features, interval_s=0.2)
+    online.submit(events(5), APP)
+    await online.idle()
+    await apoll_until(async_true(lambda: time.monotonic() > online._sent_at + 0.2))
+    online.submit(events(7), APP)
+    for _ in range(3):  # the sender's task starts, takes the batch and calls
+        await asyncio.sleep(0)
+    assert [n for n, _ in features.calls] == [5, 7]
+
+
+def async_true(condition):
+    async def check():
+        return condition()
+
+    return check
