@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 # in that time (a user's row once, however many pushes changed it); as long
 # as a slow write took, at most MAX_REST_S, so the process's calls keep the
 # GIL meanwhile.
-REST_S = 0.5
+REST_S = 1.0
 MAX_REST_S = 2.0
 RETRY_S = 1.0  # after a write the store refused
 CLOSE_S = 10.0  # at a stop, how long the store may take the unwritten rows

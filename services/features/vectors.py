@@ -42,7 +42,7 @@ WRITTEN = Counter(
 )
 BATCH = 256  # users a call: the most the ranker's EmbedUsers takes
 MAX_PENDING = 100_000  # beyond it a changed user is embedded on the way until their next event
-REST_S = 0.5  # between rounds at least; as long as a slow round took, up to
+REST_S = 1.0  # between rounds at least; as long as a slow round took, up to
 MAX_REST_S = 2.0
 
 

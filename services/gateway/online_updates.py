@@ -53,7 +53,7 @@ TIMEOUT_S = 10.0  # one merged call of up to max_batch events, until stored
 SEND_EVERY_S = 0.25
 # Calls under way at once: each answers when stored (the features service
 # writes about twice a second), so two or three are usually under way.
-MAX_IN_FLIGHT = 4
+MAX_IN_FLIGHT = 8
 LOG_EVERY_S = 10.0  # a full queue is logged at most this often
 log = logging.getLogger(__name__)
 Metadata = tuple[tuple[str, str], ...]
