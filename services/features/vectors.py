@@ -5,7 +5,7 @@ once (recserve_model.profile_key), so the next Recommend embeds on the way
 (many users a call), which answers with the version each user is on, and
 writes the vectors with the new profile's keys to the online store, so
 the Recommend after that skips the embed stage again. Users are taken in
-rounds (every user changed since the last, then a rest of at least half a
+rounds (every user changed since the last, then a rest of at least a
 second): a user whose profile changes again meanwhile is computed once
 more in the next round (the key says which profile a vector is for, never
 a stale one served)."""

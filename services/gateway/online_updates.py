@@ -9,7 +9,7 @@ the features service then takes a few large batches a second instead of a
 call per events call, each user's row once a batch however many events
 they sent. The features service serves a call's events at once and
 answers when its online store has them (services.features.events), about
-half a second later: up to ``max_in_flight`` calls are under way at once,
+a second later: up to ``max_in_flight`` calls are under way at once,
 so an event never waits for an earlier call's write, and a slow features
 service slows nobody's events call. The queue is bounded: past
 ``max_queued`` events a batch is dropped from the live update (kept on
@@ -52,7 +52,7 @@ TIMEOUT_S = 10.0  # one merged call of up to max_batch events, until stored
 # read).
 SEND_EVERY_S = 0.25
 # Calls under way at once: each answers when stored (the features service
-# writes about twice a second), so two or three are usually under way.
+# writes about once a second), so four or five are usually under way.
 MAX_IN_FLIGHT = 8
 LOG_EVERY_S = 10.0  # a full queue is logged at most this often
 log = logging.getLogger(__name__)
