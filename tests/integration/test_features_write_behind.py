@@ -62,15 +62,18 @@ async def test_a_push_is_served_at_once_answered_once_stored_and_what_merges_mea
     before = stored_activity(service, USER)
     item = (await stub.GetItemFeatures(pb.GetItemFeaturesRequest(item_ids=["11"]))).items[0]
 
+    def served(more):
+        async def check():
+            user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=USER))).user
+            return user.rating_count == before["rating_count"] + more and user
+
+        return check
+
     first = asyncio.ensure_future(stub.PushUserEvents(event("11", 5.0)))  # its write waits
+    await apoll_until(served(1), 30, 0.02)
     second = asyncio.ensure_future(stub.PushUserEvents(event("12", 0)))  # merged meanwhile
-
-    async def served_both():
-        user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=USER))).user
-        return user.rating_count == before["rating_count"] + 2 and user
-
-    served = await apoll_until(served_both, 30, 0.02)
-    assert list(served.recent_item_ids[:2]) == ["12", "11"]
+    user = await apoll_until(served(2), 30, 0.02)
+    assert list(user.recent_item_ids[:2]) == ["12", "11"]
     assert stored_activity(service, USER) == before  # the store has neither yet
     assert not first.done() and not second.done()  # answered only once stored
     assert USER in service.domain.user_reader.unwritten
