@@ -7,15 +7,15 @@ the writes themselves are the real ones."""
 
 import asyncio
 import threading
-import time
 from datetime import UTC, datetime
 
-import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from recserve.features.v1 import features_pb2 as pb
 from tests.helpers import apoll_until
-from tests.integration.test_features import start
+from tests.integration.test_features import features, start
+
+__all__ = ["features"]  # the fixture: SQLite and Redis
 
 USER = "7"
 NAMES = ["rating_count", "recent_item_ids"]
@@ -37,19 +37,10 @@ def event(item_id: str, rating: float) -> pb.PushUserEventsRequest:
     )
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-async def started(request, built, tmp_path):
-    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
-    service, channel, stub = await start(built, tmp_path, url)
-    yield service, stub
-    await channel.close()
-    await service.stop(0)
-
-
 async def test_a_push_is_served_at_once_answered_once_stored_and_what_merges_meanwhile_too(
-    started, monkeypatch
+    features, monkeypatch
 ):
-    service, stub = started
+    stub, service = features
     writer = service.domain.event_writer
     gate = threading.Event()
     real_write = writer._write
@@ -94,22 +85,29 @@ async def test_a_push_is_served_at_once_answered_once_stored_and_what_merges_mea
 async def test_a_clean_stop_writes_every_merged_row(built, tmp_path, monkeypatch):
     service, channel, stub = await start(built, tmp_path)
     writer = service.domain.event_writer
+    gate = threading.Event()
     real_write = writer._write
 
-    def slow_write(*args):  # a slow store: each write takes 0.3 s more
-        time.sleep(0.3)
+    def held_write(*args):  # the first write waits for the stop to begin
+        assert gate.wait(30), "the gate was never opened"
         real_write(*args)
 
-    monkeypatch.setattr(writer, "_write", slow_write)
+    async def open_gate():
+        gate.set()
+
+    monkeypatch.setattr(writer, "_write", held_write)
+    service.cleanups.insert(0, open_gate)  # the stop's first step
     before = stored_activity(service, USER)
-    pushes = [asyncio.ensure_future(stub.PushUserEvents(event(i, 4.0))) for i in ("11", "12")]
 
-    async def both_merged():
+    async def merged(more):
         user = (await stub.GetUserFeatures(pb.GetUserFeaturesRequest(user_id=USER))).user
-        return user.rating_count == before["rating_count"] + 2
+        return user.rating_count == before["rating_count"] + more
 
-    await apoll_until(both_merged, 30, 0.02)
-    await service.stop(0)  # the pushes' callers gone or not, what merged is written
+    pushes = [asyncio.ensure_future(stub.PushUserEvents(event("11", 4.0)))]
+    await apoll_until(lambda: merged(1), 30, 0.02)  # its write held at the gate
+    pushes.append(asyncio.ensure_future(stub.PushUserEvents(event("12", 3.0))))
+    await apoll_until(lambda: merged(2), 30, 0.02)  # for the next write, after a rest
+    await service.stop(0)  # the stop writes it at once, not after the rest
     await asyncio.gather(*pushes, return_exceptions=True)
     await channel.close()
     assert writer._writer is not None and writer._writer.done()

@@ -113,8 +113,8 @@ async def test_a_call_under_way_holds_no_other_and_what_queues_while_all_are_goe
     await apoll_until(async_true(lambda: len(features.calls) == 2))  # the first still under way
     online.submit(events(30), APP)
     online.submit(events(40), APP)
-    await asyncio.sleep(0.05)  # five intervals: no third call while both are under way
-    assert len(features.calls) == 2
+    await apoll_until(async_true(online._slots.locked))  # both slots taken: the sender waits
+    assert len(features.calls) == 2 and online.queued == 70
     features.release.set()
     await online.idle()
     assert [n for n, _ in features.calls] == [10, 20, 70]
