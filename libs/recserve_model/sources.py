@@ -25,6 +25,7 @@ boolean mask) pick the same items.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -154,7 +155,7 @@ class Sources:
 
     def user_scores(self, history_rows: np.ndarray) -> UserNeighbourScores:
         """Neighbour scores from the user's rows, most recent first (0s pad)."""
-        seeds = history_rows[history_rows > 0][:HISTORY]
+        seeds = history_rows[history_rows > 0][: seed_horizon(self.recency_tau)]
         found = self.neighbours[seeds].ravel().astype(np.int64)
         weights = (self.weights[seeds] * recency(len(seeds), self.recency_tau)[:, None]).ravel()
         keep = found > 0
@@ -229,6 +230,17 @@ class Sources:
             (pick(popular_pool, passes, POPULAR_CANDIDATES), SOURCE_POPULAR),
             (pick(repeat, passes, REPEAT_CANDIDATES), SOURCE_REPEAT),
         )
+
+
+def seed_horizon(tau: float) -> int:
+    """How many of a user's most recent items can move a neighbour score:
+    HISTORY, or fewer where the older ones weigh exp(-k / tau) < 2**-24,
+    below float32's resolution of the most recent one's weight (all of them
+    together under (tau + 1) * 2**-24 of it). With tau 3 a heavy user's 200
+    seeds are 50: a quarter of the gathering and summing."""
+    if tau <= 0:
+        return HISTORY
+    return min(HISTORY, math.ceil(tau * math.log(2.0**24)))
 
 
 def recency(length: int, tau: float) -> np.ndarray:

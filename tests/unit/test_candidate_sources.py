@@ -16,10 +16,12 @@ from pipelines.item_neighbours import (
 from pipelines.selection_window import selection_window
 from recserve_model.encoding import Encoder, EncodingSpec
 from recserve_model.sources import (
+    HISTORY,
     SOURCE_ANN,
     SOURCE_NEIGHBOURS,
     SOURCE_POPULAR,
     Sources,
+    seed_horizon,
     source_features,
     union,
 )
@@ -58,6 +60,31 @@ def test_a_large_catalogue_sums_by_sorting_and_gets_the_same_scores(monkeypatch)
     sorted_ = sources.user_scores(history)
     np.testing.assert_array_equal(dense.rows, sorted_.rows)
     np.testing.assert_array_equal(dense.scores, sorted_.scores)
+
+
+def test_seeds_past_the_recency_horizon_are_left_out_and_move_no_score(monkeypatch):
+    """With tau 3 only the 50 most recent of a heavy user's items seed the
+    scores; the 150 older ones together weigh under (tau + 1) * 2**-24 of
+    the most recent, so every score is the full sum's to that, relatively.
+    Without recency (tau 0) every one of the last HISTORY seeds counts."""
+    assert seed_horizon(3.0) == 50 and seed_horizon(0.0) == HISTORY
+    assert seed_horizon(100.0) == HISTORY
+    rng = np.random.default_rng(1)
+    rows = 3_000
+    neighbours = np.array([rng.choice(np.arange(1, rows), 16, replace=False) for _ in range(rows)])
+    weights = rng.uniform(0.1, 1.0, (rows, 16)).astype(np.float32)
+    ids = np.array(["", *map(str, range(1, rows))])
+    sources = Sources(neighbours.astype(np.int32), weights, np.arange(1, 50), ids, "test", 3.0)
+    history = rng.permutation(np.arange(1, rows))[:HISTORY]
+    near = sources.user_scores(history)
+    monkeypatch.setattr("recserve_model.sources.seed_horizon", lambda tau: HISTORY)
+    full = sources.user_scores(history)
+    assert set(near.rows) < set(full.rows)  # rows only the old seeds reach: gone
+    bound = (3.0 + 1) * 2.0**-24 * weights.max()
+    rounding = 2 * np.spacing(full.scores.max())  # each side rounded to float32 once
+    assert np.abs(near.of(full.rows) - full.scores).max() <= bound + rounding
+    top = full.pool(history, 300)
+    assert set(near.pool(history, 300)) == set(top)
 
 
 def test_pools_leave_out_the_blocked_rows_and_keep_their_order():
