@@ -236,9 +236,9 @@ class JsonlTail:
         """``skip_writer``: not that writer's files (a process's own log,
         whose records it knows without reading them back)."""
         found: list[dict[str, Any]] = []
-        paths = sorted(self.directory.rglob("*.jsonl")) if self.directory.exists() else []
+        paths = self._paths()
         for path in paths:
-            if path.parent.name < self.first_day or written_by(path, skip_writer):
+            if written_by(path, skip_writer):
                 continue
             try:
                 self._read(path, found)
@@ -248,6 +248,24 @@ class JsonlTail:
         for gone in self.read_to.keys() - set(paths):
             del self.read_to[gone]
         return found
+
+    def read_newest(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` whole records of every writer's files,
+        oldest first, reading back from each file's end (a day of events
+        can be gigabytes: a reader that starts needs only what it keeps);
+        ``read_new`` goes on from here."""
+        paths = self._paths()
+        found: list[bytes] = []  # newest first
+        for path in sorted(paths, key=modified, reverse=True):
+            end = whole_lines_end(path)
+            self.read_to[path] = end
+            if len(found) < limit:
+                found.extend(lines_before(path, end, limit - len(found)))
+        return [json.loads(line) for line in reversed(found)]
+
+    def _paths(self) -> list[Path]:
+        paths = sorted(self.directory.rglob("*.jsonl")) if self.directory.exists() else []
+        return [p for p in paths if p.parent.name >= self.first_day]
 
     def _read(self, path: Path, found: list[dict[str, Any]]) -> None:
         start = self.read_to.get(path, 0)
@@ -261,3 +279,51 @@ class JsonlTail:
                 start += len(line)
                 found.append(json.loads(line))
         self.read_to[path] = start
+
+
+def modified(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+BLOCK = 1 << 20
+
+
+def whole_lines_end(path: Path) -> int:
+    """Where the last whole line of ``path`` ends (a line being written, or
+    torn by a crash, is left for later); 0 for a file gone meanwhile."""
+    try:
+        with path.open("rb") as lines:
+            end = lines.seek(0, os.SEEK_END)
+            step = 1  # the usual case first: the last byte ends a line
+            while end > 0:
+                start = max(0, end - step)
+                lines.seek(start)
+                newline = lines.read(end - start).rfind(b"\n")
+                if newline >= 0:
+                    return start + newline + 1
+                end, step = start, 1 << 16  # a line under way: back a few hundred lines
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def lines_before(path: Path, end: int, limit: int) -> list[bytes]:
+    """Up to ``limit`` whole lines of ``path`` before ``end`` (a line's
+    end), newest first."""
+    found: list[bytes] = []
+    try:
+        with path.open("rb") as lines:
+            rest = b""  # the start of a line the block before holds the rest of
+            while end > 0 and len(found) < limit:
+                start = max(0, end - BLOCK)
+                lines.seek(start)
+                parts = (lines.read(end - start) + rest).split(b"\n")
+                rest = parts[0] if start else b""
+                found.extend(line for line in reversed(parts[0 if not start else 1 :]) if line)
+                end = start
+    except FileNotFoundError:
+        pass
+    return found[:limit]

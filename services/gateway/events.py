@@ -103,7 +103,9 @@ class EventLog:
         self.kept: OrderedDict[str, None] = OrderedDict()
         self.tail = JsonlTail(directory)
         self.lock = asyncio.Lock()
-        for record in self.tail.read_new():  # every file, this writer's name's too
+        # The newest ids of every file (this writer's name's too), not every
+        # id of every day: a day of events can take minutes to read.
+        for record in self.tail.read_newest(remember):
             self._remember(record["event_id"])
 
     def catch_up(self) -> None:

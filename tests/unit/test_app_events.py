@@ -1,8 +1,12 @@
 """App events on their way to the users' live features: which roles change
-them, and a rating on another scale mapped onto the features' 0.5-5."""
+them, and a rating on another scale mapped onto the features' 0.5-5; the
+kept events' ids a restarted gateway remembers."""
 
+import asyncio
+
+from recserve_kit.jsonl_log import JsonlLog
 from recserve_model.catalogue import CatalogueSchema, EventKind
-from services.gateway.events import online_events
+from services.gateway.events import EventLog, online_events
 
 
 def test_events_reach_the_live_features_on_their_scale():
@@ -32,3 +36,17 @@ def test_events_reach_the_live_features_on_their_scale():
     sent = online_events(records, schema)
     assert [(e.item_id, e.rating) for e in sent] == [("0", 4.0), ("1", 5.0), ("2", 0.5), ("3", 0.0)]
     assert sent[0].event_time.seconds == 1700000000
+
+
+def test_a_restarted_gateway_remembers_the_newest_kept_ids_and_refuses_them_again(tmp_path):
+    """It reads back only as many ids as it remembers, the newest: one of
+    them retried is a duplicate; an older one, past what it remembers, is
+    kept again (as before a restart, where the oldest are forgotten)."""
+    earlier = JsonlLog(tmp_path, background=False)
+    earlier.write([{"event_id": f"e{n}", "user_id": "u"} for n in range(10)])
+    earlier.close()
+    restarted = EventLog(tmp_path, remember=4)
+    assert list(restarted.kept) == ["e6", "e7", "e8", "e9"]
+    again = [{"event_id": "e9", "user_id": "u"}, {"event_id": "e1", "user_id": "u"}]
+    assert [r["event_id"] for r in asyncio.run(restarted.keep(again))] == ["e1"]
+    restarted.close()

@@ -4,6 +4,7 @@ drops and counts; a torn last line is skipped by readers; what is queued at
 close is written."""
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -129,3 +130,26 @@ def test_a_tail_can_leave_out_one_writers_files_its_parts_included(tmp_path):
     ]  # fmt: skip
     for log in (own, other, longer):
         log.close()
+
+
+def test_a_starting_tail_reads_back_only_the_newest_records_then_follows(tmp_path, monkeypatch):
+    """A follower that starts (the events API's duplicate check after a
+    restart) reads only the newest records it keeps, from the files' ends
+    back, newest file first, across read blocks; a torn last line waits;
+    ``read_new`` then gives only what is appended after."""
+    monkeypatch.setattr("recserve_kit.jsonl_log.BLOCK", 64)  # several blocks a file
+    day = tmp_path / "2026-12-01"
+    day.mkdir()
+    older, newer = day / "10-b.jsonl", day / "10-a.jsonl"  # a sorts first, b was written first
+    older.write_text("".join(json.dumps({"n": n, "pad": "x" * n}) + "\n" for n in range(30)))
+    newer.write_text("".join(json.dumps({"n": n}) + "\n" for n in range(30, 40)) + '{"n": 4')
+    stamp = time.time()
+    os.utime(older, (stamp - 60, stamp - 60))
+    os.utime(newer, (stamp, stamp))
+    tail = JsonlTail(tmp_path)
+    assert [r["n"] for r in tail.read_newest(15)] == list(range(25, 40))
+    assert [r["n"] for r in JsonlTail(tmp_path).read_newest(100)] == list(range(40))
+    with newer.open("a") as out:
+        out.write('0}\n{"n": 41}\n')
+    assert [r["n"] for r in tail.read_new()] == [40, 41]
+    assert tail.read_new() == []
