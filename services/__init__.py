@@ -11,3 +11,5 @@ less CPU per Recommend, every Python process lower (docs/benchmarks.md,
 import os
 
 os.environ.setdefault("GRPC_EXPERIMENTS", "-event_engine_client,-event_engine_listener")
+
+import recserve_feast  # noqa: F401  (before Feast: see its docstring)
