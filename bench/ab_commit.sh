@@ -3,6 +3,7 @@
 # (the earlier one first in odd rounds), each started fresh on the same data dir.
 #   bench/ab_commit.sh 47bd53d 2 "events:400 events:1000 events:0"   # bench events --rate R (0: closed loop)
 #   bench/ab_commit.sh 6935dd2 2 cpu                                  # bench cpu at 50/s
+#   bench/ab_commit.sh 6935dd2 2 chaos                                # SIGKILL of the one process at 50/s
 # The earlier commit is checked out in a worktree under build/ (its own code,
 # this tree's environments and generated stubs). Writes
 # build/bench/<measurement>-<before|after>-<round>.json.
@@ -31,7 +32,9 @@ for round in $(seq "$rounds"); do
              RECSERVE_STACK_DATA_DIR=$data $python -m bench cpu --rate 50 --duration 20 --out "$out" > /dev/null ;;
         events:*) RECSERVE_STACK_DATA_DIR=$data $python -m bench events --duration 20 \
                     --rate "${what#events:}" --out "$out" > /dev/null ;;
-        *) echo "unknown measurement: $what (cpu, events:RATE)" >&2 ;;
+        chaos) RECSERVE_STACK_DATA_DIR=$data $python -m bench chaos --kill one-process --rate 50 \
+                 --duration 20 --out "$out" > /dev/null ;;
+        *) echo "unknown measurement: $what (cpu, events:RATE, chaos)" >&2 ;;
       esac
       echo "round $round $side $what: $out"
     done
