@@ -4,8 +4,9 @@ Every stage gets the smaller of its own cap and what remains of the budget
 (itself the smaller of the configured budget and the caller's deadline, less
 the time the request queued before us). What a failed stage is answered
 with is the degrade policy's (``degrade.py``); past the (adaptive) bound on
-requests in flight, or after queueing too long, a request is shed to the
-fallback at once. The pieces: ``query`` (what is asked and answered, the
+requests in flight, or after queueing too long (``limiter.QueueWait``: a
+burst may queue longer than overload), a request is shed to the fallback
+at once. The pieces: ``query`` (what is asked and answered, the
 edge's checks), ``stages`` (deadline, spans, timings), ``backends`` (the
 calls), ``flows`` (Recommend and SimilarItems).
 """
@@ -27,7 +28,7 @@ from services.gateway.config import GatewaySettings
 from services.gateway.degrade import Catalogue, Degrade
 from services.gateway.descriptions import ItemDescriptions
 from services.gateway.flows import Flows
-from services.gateway.limiter import AdaptiveLimit
+from services.gateway.limiter import AdaptiveLimit, QueueWait
 from services.gateway.popular import PopularItems
 from services.gateway.query import Answer, Query, check_query
 from services.gateway.segment_lists import SegmentLists
@@ -41,7 +42,7 @@ QUEUED_SECONDS = Histogram(
 SHED = Counter(
     "recserve_gateway_shed_total",
     "Requests shed at the door, by cause: the bound on requests in flight, or "
-    "a wait before the gateway past max_queue_ms.",
+    "a wait before the gateway past max_queue_ms (overload) or burst_queue_ms.",
     ["cause"],
 )
 SHED_BY_BOUND, SHED_QUEUED = SHED.labels("bound"), SHED.labels("queued")
@@ -75,6 +76,7 @@ class Gateway:
             settings.limit_target_ms / 1000,
             recovery_s=settings.limit_recovery_s,
         )
+        self.queue_wait = QueueWait(settings.max_queue_ms / 1000, settings.burst_queue_ms / 1000)
         # Read at scrape time: the gauge shows the bound's recovery when idle too.
         LIMIT.set_function(lambda: self.limit.current)
 
@@ -103,10 +105,10 @@ class Gateway:
     ) -> Answer:
         """Shed at once when the (adaptive) bound on requests in flight is
         reached or this one queued too long already (overload shows as
-        queueing before us)."""
+        queueing before us; a burst's queue drains, and may be longer)."""
         QUEUED_SECONDS.observe(queued_s)
         trace.get_current_span().set_attribute(attr.QUEUED_MS, queued_s * 1000)
-        if queued_s * 1000 > self.settings.max_queue_ms:
+        if not self.queue_wait.admits(queued_s):
             SHED_QUEUED.inc()
             return self.degrade.answer("shed", "SHED", query)
         if not self.limit.admits(self.in_flight):

@@ -1,5 +1,6 @@
-"""An adaptive bound on requests in flight (AIMD, as in Netflix's
-concurrency-limits ``AIMDLimit``).
+"""The gateway's admission: an adaptive bound on requests in flight (AIMD,
+as in Netflix's concurrency-limits ``AIMDLimit``), and how long a request
+may have queued before the gateway (``QueueWait``, below).
 
 Under overload on CPU-bound hosts, every admitted request slows every other:
 at 200/s on two cores a fixed bound of 64 let requests run out their stage
@@ -68,3 +69,37 @@ class AdaptiveLimit:
                 self._last_decrease = now
         elif in_flight * 2 >= self.limit:
             self.limit = min(float(self.maximum), self.limit + 1 / self.limit)
+
+
+class QueueWait:
+    """How long a request may have queued before the gateway (Envoy's
+    x-request-start to its handler) and still take the full path: CoDel as
+    servers use it for their request queues (Maurer, "Fail at scale", ACM
+    Queue 2015). While the queue has been empty within the last ``long_s``
+    (a request waited at most ``empty_s``), up to ``long_s``: a page's burst
+    after a quiet spell is such a queue, and its tail has most of the budget
+    left. Once it has not, the queue stands (overload) and only ``short_s``
+    is allowed, which keeps it short."""
+
+    def __init__(
+        self,
+        short_s: float,
+        long_s: float,
+        empty_s: float = 0.005,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 0 < short_s <= long_s:
+            raise ValueError(f"need 0 < short_s <= long_s, got {short_s}, {long_s}")
+        self.short_s = short_s
+        self.long_s = long_s
+        self.empty_s = min(empty_s, short_s)
+        self.clock = clock
+        self._last_empty = -float("inf")
+
+    def admits(self, queued_s: float) -> bool:
+        now = self.clock()
+        if queued_s <= self.empty_s:
+            self._last_empty = now
+        if queued_s <= self.short_s:
+            return True
+        return now - self._last_empty <= self.long_s and queued_s <= self.long_s

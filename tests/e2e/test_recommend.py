@@ -407,9 +407,9 @@ def test_a_burst_after_a_quiet_spell_is_served_not_shed(stack, stub):
     after the overload above cut the bound (test_overload_...: below 32) and a
     quiet spell. The bound recovered, so none is shed by it, and nothing
     fails. (Whether each answer is whole in time is the machine's speed: a
-    request that waited past max_queue_ms before the gateway is still shed,
-    and that is not asserted here. 32 at once need about 0.3 s of CPU on two
-    cores, more than the 100 ms budget, see docs/benchmarks.md.)"""
+    request that waited past burst_queue_ms before the gateway is still shed,
+    and that is not asserted here. 32 at once need more CPU than one core has
+    in the 100 ms budget, see docs/benchmarks.md.)"""
     full_answer(stub)
     # The quiet spell: the bound is back at its maximum once no request has
     # been late for a second (it stayed at its floor before the fix).

@@ -1,10 +1,11 @@
-"""The gateway's adaptive bound on requests in flight (AIMD)."""
+"""The gateway's admission: the adaptive bound on requests in flight (AIMD) and
+the wait a request may have queued (CoDel)."""
 
 import pytest
 from pydantic import ValidationError
 
 from services.gateway.config import GatewaySettings
-from services.gateway.limiter import AdaptiveLimit
+from services.gateway.limiter import AdaptiveLimit, QueueWait
 
 
 class Clock:
@@ -94,3 +95,41 @@ def test_settings_refuse_a_minimum_above_the_maximum():
         GatewaySettings(min_in_flight=10, max_in_flight=4)
     with pytest.raises(ValueError, match="minimum"):
         AdaptiveLimit(5, 4, 0.03)
+
+
+def test_a_burst_after_an_empty_queue_may_wait_up_to_the_long_limit():
+    clock = Clock()
+    wait = QueueWait(0.025, 0.075, clock=clock)
+    assert wait.admits(0.001)  # the burst's first request: the queue was empty
+    for queued in (0.02, 0.04, 0.06, 0.074):
+        clock.now += 0.004
+        assert wait.admits(queued)
+    clock.now += 0.004
+    assert not wait.admits(0.076), "past the long limit, even in a burst"
+
+
+def test_a_standing_queue_is_cut_to_the_short_limit_until_it_empties():
+    clock = Clock()
+    wait = QueueWait(0.025, 0.075, clock=clock)
+    assert wait.admits(0.001)
+    clock.now += 0.076  # the queue has not been empty for longer than 75 ms
+    assert wait.admits(0.02), "within the short limit, always"
+    assert not wait.admits(0.03), "a standing queue keeps only the short limit"
+    clock.now += 0.01
+    assert wait.admits(0.004)  # empty again
+    clock.now += 0.01
+    assert wait.admits(0.05)
+
+
+def test_before_the_queue_was_ever_empty_only_the_short_limit_holds():
+    wait = QueueWait(0.025, 0.075, clock=Clock())
+    assert wait.admits(0.02) and not wait.admits(0.03)
+    with pytest.raises(ValueError, match="short_s <= long_s"):
+        QueueWait(0.08, 0.075)
+
+
+def test_the_settings_keep_the_burst_wait_between_the_short_wait_and_the_budget():
+    with pytest.raises(ValidationError, match="burst_queue_ms"):
+        GatewaySettings(max_queue_ms=30, burst_queue_ms=20)
+    with pytest.raises(ValidationError, match="burst_queue_ms"):
+        GatewaySettings(burst_queue_ms=100, budget_ms=100)
