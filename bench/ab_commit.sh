@@ -21,11 +21,12 @@ for round in $(seq "$rounds"); do
   if [ $((round % 2)) = 1 ]; then sides="before after"; else sides="after before"; fi
   for side in $sides; do
     if [ $side = before ]; then tree=$before; else tree=$here; fi
-    log=build/bench/ab-$side.log
+    log=build/bench/ab-$side.log started=$SECONDS
     (cd "$tree" && RECSERVE_STACK_DATA_DIR=$data PYTHONPATH=$tree:$tree/libs:$tree/apps:$here/gen/python \
       $python -m recserve_stack up > "$here/$log" 2>&1) &
     pid=$!
     for _ in $(seq 180); do grep -q "recserve stack ready" "$log" && break; sleep 1; done
+    echo "round $round $side: ready after $((SECONDS - started)) s"
     for what in $measurements; do
       out=build/bench/${what/:/-}-$side-$round.json
       case $what in

@@ -1,7 +1,8 @@
 """CPU per request of each stack process during an open-loop load run.
 
 Reads every component's CPU time (user + system) before and after the load
-and divides by the requests sent: where a request's CPU goes.
+and divides by the requests sent: where a request's CPU goes. Each
+component's resident memory after the load is recorded beside.
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ def running_stack() -> dict[str, list[psutil.Process]]:
     return {name: processes[name] for name in expected}
 
 
+def rss_mb(processes: list[psutil.Process]) -> float:
+    total = 0
+    for process in processes:
+        try:
+            total += process.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return round(total / 2**20, 1)
+
+
 def run(target: str, rate: float, duration: float) -> dict[str, object]:
     processes = running_stack()
     # The load generator shares these cores: its own CPU is reported beside.
@@ -81,4 +92,6 @@ def run(target: str, rate: float, duration: float) -> dict[str, object]:
             sum(ms for name, ms in per_request.items() if not name.startswith("load")), 2
         ),
         "latency": result.summary(),
+        # Resident memory after the load, each component's processes together.
+        "rss_mb": {name: rss_mb(p) for name, p in processes.items()},
     }
