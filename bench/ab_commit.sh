@@ -22,6 +22,7 @@ for round in $(seq "$rounds"); do
   for side in $sides; do
     if [ $side = before ]; then tree=$before; else tree=$here; fi
     log=build/bench/ab-$side.log started=$SECONDS
+    : > "$log"  # emptied here: the last stack's "ready" line must not count for this one
     (cd "$tree" && RECSERVE_STACK_DATA_DIR=$data PYTHONPATH=$tree:$tree/libs:$tree/apps:$here/gen/python \
       $python -m recserve_stack up > "$here/$log" 2>&1) &
     pid=$!
