@@ -18,6 +18,7 @@ Feast's tensor conversions (``to_torch``) use it, which recserve never
 calls; training imports torch itself.
 """
 
+import importlib
 import importlib.util
 import sys
 import types
@@ -41,9 +42,8 @@ def _torch_on_first_use() -> types.ModuleType:
     """``feast.torch_wrapper``'s names, torch imported when first asked for."""
 
     def get_torch() -> types.ModuleType:
-        import torch
-
-        return torch
+        # Optional, as in Feast: no service image has torch.
+        return importlib.import_module("torch")
 
     module = types.ModuleType("feast.torch_wrapper", "Feast's torch wrapper, torch on first use.")
     available = importlib.util.find_spec("torch") is not None
