@@ -97,9 +97,9 @@ class QueueWait:
         self._last_empty = -float("inf")
 
     def admits(self, queued_s: float) -> bool:
-        now = self.clock()
         if queued_s <= self.empty_s:
-            self._last_empty = now
+            self._last_empty = self.clock()
+            return True
         if queued_s <= self.short_s:
             return True
-        return now - self._last_empty <= self.long_s and queued_s <= self.long_s
+        return queued_s <= self.long_s and self.clock() - self._last_empty <= self.long_s
