@@ -95,3 +95,21 @@ def check_item(item: ItemInput, field: str, dimension: int, schema: CatalogueSch
         item.year,
         attributes,
     )
+
+
+def check_items(
+    raw: Sequence[ItemInput], dimension: int, schema: CatalogueSchema, limit: int
+) -> list[ItemRecord]:
+    """A whole batch checked before anything of it is applied."""
+    if not raw:
+        raise InvalidArgument("items", "is empty")
+    if len(raw) > limit:
+        raise InvalidArgument("items", f"at most {limit} per call")
+    seen: dict[str, int] = {}
+    records = []
+    for n, item in enumerate(raw):
+        if item.item_id in seen:
+            raise InvalidArgument(f"items[{n}].item_id", f"duplicates items[{seen[item.item_id]}]")
+        seen[item.item_id] = n
+        records.append(check_item(item, f"items[{n}]", dimension, schema))
+    return records

@@ -44,6 +44,16 @@ class RetrieverSettings(ServiceSettings):
         description="The ranker, whose item tower embeds items upserted without a vector; "
         "empty: such an item is refused (FAILED_PRECONDITION).",
     )
+    follow: bool = Field(
+        False,
+        description="A read-only follower of the writer retriever whose shards lie under the "
+        "same data_dir (one request-path process per core): it rebuilds the writer's "
+        "generations in shards of its own and replays the writer's change feed; writes and "
+        "PrepareModelVersion sent to it are refused (FAILED_PRECONDITION).",
+    )
+    follow_interval_s: float = Field(
+        0.05, gt=0, le=5, description="How often a follower looks for the writer's new writes."
+    )
     embed_timeout_s: float = Field(
         5.0, gt=0, description="Cap on each EmbedItems call (of up to 1,000 items) to the ranker."
     )

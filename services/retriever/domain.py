@@ -31,9 +31,10 @@ from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
 from recserve_model.sources import Sources
 from services.retriever.catalogue_log import CatalogueLog
-from services.retriever.checks import ItemInput, check_filter, check_item, check_vector
+from services.retriever.change_feed import ChangeFeed
+from services.retriever.checks import ItemInput, check_filter, check_items, check_vector
 from services.retriever.config import RetrieverSettings
-from services.retriever.generations import LOAD_BATCH, Generations, Recorded, Write, read_items
+from services.retriever.generations import Generations, Journal, Recorded, Write
 from services.retriever.prepared import VERSION, Prepared, Preparer
 from services.retriever.source_tables import SourceTables
 from services.retriever.store import ItemRecord, SearchFilter, StoreInfo, VectorStore
@@ -54,7 +55,12 @@ class Retriever:
         self._refresh_lock = asyncio.Lock()
         # Generations being built, by the model version they are for: writes
         # meanwhile are journaled and replayed before they serve.
-        self._journals: list[tuple[str, list[Write]]] = []
+        self._journals: list[tuple[str, Journal]] = []
+        # Every write applied, numbered, for followers (change_feed.py), and
+        # where each generation's own writes start in it.
+        self.feed = ChangeFeed(generations.state_dir / "feed")
+        self.from_seqs: dict[str, int] = {}
+        self.writer = ""  # on a follower: where writes go instead (read-only here)
         self._digests: dict[str, str] = {}  # model version -> its item vectors' checksum
         self.preparer = Preparer(self)
         root = artifacts.artifacts_root(settings.data_dir)
@@ -69,12 +75,14 @@ class Retriever:
             return False
         recorded = Recorded.of(state)
         self.current = self.generations.open(recorded.generation, recorded.dimension)
+        self.from_seqs[recorded.generation] = recorded.from_seq
         self.artifact_version = recorded.artifact_version
         self.items_sha256 = recorded.items_sha256
         self.schema = CatalogueSchema(dict(state.get("filterable", {})))  # type: ignore[call-overload]
         prepared = self.generations.prepared()
         if prepared is not None:
             store = self.generations.open(prepared.generation, prepared.dimension)
+            self.from_seqs[prepared.generation] = prepared.from_seq
             self.prepared = Prepared(
                 prepared.artifact_version,
                 prepared.items_sha256,
@@ -170,11 +178,13 @@ class Retriever:
     ) -> None:
         """``store`` serves from now on (under the write lock); the old one goes."""
         old, self.current = self.current, store
-        self.generations.publish(store, version, schema, digest)
+        from_seq = self.from_seqs.get(store.generation, 0)
+        self.generations.publish(store, version, schema, digest, from_seq)
         self.artifact_version, self.schema, self.items_sha256 = version, schema, digest
         if old is not None and old is not store:
             old.close()
             old.drop()
+        self.trim_feed()
         log.info(
             "switched generation",
             extra={"fields": {"generation": store.generation, "artifact": version}},
@@ -202,7 +212,7 @@ class Retriever:
         items_path: Path,
         schema: CatalogueSchema,
         install: Callable[[VectorStore], None],
-        journal: list[Write] | None = None,
+        journal: Journal | None = None,
     ) -> VectorStore:
         """A new generation of ``version``'s items (the caller holds the
         refresh lock). Writes that arrive while it is built are journaled
@@ -213,7 +223,7 @@ class Retriever:
         if journal is None:
             journal = self.journal_from_now(version)
         try:
-            store = await asyncio.to_thread(self._build, name, items_path, schema)
+            store = await asyncio.to_thread(self.generations.build, name, items_path, schema)
         except BaseException:
             self.forget_journal(journal)
             raise
@@ -223,35 +233,31 @@ class Retriever:
                     write.apply(store, version)
             finally:
                 self.forget_journal(journal)
+            self.from_seqs[store.generation] = journal.from_seq
             install(store)
         return store
 
-    def journal_from_now(self, version: str) -> list[Write]:
+    def journal_from_now(self, version: str) -> Journal:
         """Every write from now on, kept for a generation of ``version`` to be built."""
-        journal: list[Write] = []
+        journal = Journal(self.feed.last_seq)
         self._journals.append((version, journal))
         return journal
 
-    def forget_journal(self, journal: list[Write]) -> None:
+    def forget_journal(self, journal: Journal) -> None:
         self._journals = [e for e in self._journals if e[1] is not journal]
 
-    def _build(self, name: str, items_path: Path, schema: CatalogueSchema) -> VectorStore:
-        records, dimension = read_items(items_path)
-        store = self.generations.create(name, dimension)
-        try:
-            store.index_attributes(schema)
-            for start in range(0, len(records), LOAD_BATCH):
-                store.upsert(records[start : start + LOAD_BATCH])
-            store.build_index()
-        except BaseException:
-            store.close()
-            store.drop()  # the next attempt starts clean
-            raise
-        log.info("built generation", extra={"fields": {"generation": name, "items": len(records)}})
-        return store
+    def trim_feed(self) -> None:
+        """The feed keeps what the generations held or being built replay."""
+        prepared = self.prepared.store if self.prepared is not None else None
+        held = {s.generation for s in (self.current, prepared) if s is not None}
+        self.from_seqs = {g: n for g, n in self.from_seqs.items() if g in held}
+        starts = [*self.from_seqs.values(), *(j.from_seq for _, j in self._journals)]
+        if starts and not self.writer:
+            self.feed.trim(min(starts))
 
     def close(self) -> None:
         """Closes the stores (once: a second call does nothing)."""
+        self.feed.close()
         current, self.current = self.current, None
         if current is not None:
             current.close()
@@ -330,21 +336,8 @@ class Retriever:
 
     def to_records(self, raw: Sequence[ItemInput]) -> list[ItemRecord]:
         """Checks a whole batch before anything of it is applied."""
-        store = self._store()
-        if not raw:
-            raise InvalidArgument("items", "is empty")
-        if len(raw) > self.settings.max_upsert_batch:
-            raise InvalidArgument("items", f"at most {self.settings.max_upsert_batch} per call")
-        seen: dict[str, int] = {}
-        records = []
-        for n, item in enumerate(raw):
-            if item.item_id in seen:
-                raise InvalidArgument(
-                    f"items[{n}].item_id", f"duplicates items[{seen[item.item_id]}]"
-                )
-            seen[item.item_id] = n
-            records.append(check_item(item, f"items[{n}]", store.dimension, self.schema))
-        return records
+        limit = self.settings.max_upsert_batch
+        return check_items(raw, self._store().dimension, self.schema, limit)
 
     def spaces(self) -> list[tuple[str, int]]:
         """(model version, dimension) of every generation a write goes to:
@@ -357,6 +350,8 @@ class Retriever:
         return out
 
     async def _write(self, write: Write) -> int:
+        if self.writer:
+            raise FailedPrecondition(f"this retriever follows {self.writer}: send writes there")
         async with self._write_lock:
             prepared = self.prepared
             if (
@@ -375,10 +370,15 @@ class Retriever:
             count = write.apply(self._store(), self.artifact_version)
             if prepared is not None and prepared.store is not None:
                 write.apply(prepared.store, prepared.version)
+            seq = self.feed.stamp()  # in the order applied, journals kept from it on
             for _, journal in self._journals:
                 journal.append(write)
-            await asyncio.to_thread(self.catalogue_log.record, write)  # on disk before the reply
+            await asyncio.to_thread(self._record, seq, write)  # on disk before the reply
             return count
+
+    def _record(self, seq: int, write: Write) -> None:
+        self.catalogue_log.record(write)
+        self.feed.append(seq, write)
 
     async def upsert(self, by_version: Mapping[str, Sequence[ItemRecord]]) -> int:
         """Items as each generation's model version has them (``spaces``)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from recserve_model.catalogue import CatalogueSchema
 from services.retriever.store import ItemRecord, VectorStore
 
 LOAD_BATCH = 2000
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,6 +43,15 @@ class Write:
         return store.hard_delete(self.ids)
 
 
+class Journal(list[Write]):
+    """The writes kept for a generation being built: those after the
+    change feed's ``from_seq`` (change_feed.py)."""
+
+    def __init__(self, from_seq: int = 0) -> None:
+        super().__init__()
+        self.from_seq = from_seq
+
+
 @dataclass(frozen=True)
 class Recorded:
     """One generation as ``state.json`` records it."""
@@ -50,6 +61,7 @@ class Recorded:
     artifact_version: str
     items_sha256: str = ""  # the artifact's item_vectors.parquet: its vector space
     at: float = 0.0  # when it was asked for (a prepared version)
+    from_seq: int = 0  # the change feed's writes after this one are its journal's
 
     @classmethod
     def of(cls, raw: dict[str, object]) -> Recorded:
@@ -59,6 +71,7 @@ class Recorded:
             str(raw.get("artifact_version", "")),
             str(raw.get("items_sha256", "")),
             float(str(raw.get("at", 0.0))),
+            int(str(raw.get("from_seq", 0))),
         )
 
 
@@ -105,8 +118,29 @@ class Generations:
             names.append(prepared.generation)
         return f"g{max(int(n[1:]) for n in names) + 1:04d}"
 
+    def build(self, name: str, items_path: Path, schema: CatalogueSchema) -> VectorStore:
+        """A new generation of the artifact's items, indexed (blocking)."""
+        records, dimension = read_items(items_path)
+        store = self.create(name, dimension)
+        try:
+            store.index_attributes(schema)
+            for start in range(0, len(records), LOAD_BATCH):
+                store.upsert(records[start : start + LOAD_BATCH])
+            store.build_index()
+        except BaseException:
+            store.close()
+            store.drop()  # the next attempt starts clean
+            raise
+        log.info("built generation", extra={"fields": {"generation": name, "items": len(records)}})
+        return store
+
     def publish(
-        self, store: VectorStore, artifact_version: str, schema: CatalogueSchema, items_sha256: str
+        self,
+        store: VectorStore,
+        artifact_version: str,
+        schema: CatalogueSchema,
+        items_sha256: str,
+        from_seq: int = 0,
     ) -> None:
         """``store`` becomes the current generation (the prepared one, if it
         was, is no longer recorded as prepared)."""
@@ -120,6 +154,7 @@ class Generations:
                 "artifact_version": artifact_version,
                 "items_sha256": items_sha256,
                 "filterable": dict(schema.attributes),
+                "from_seq": from_seq,
                 **(
                     {"prepared": state["prepared"]}
                     if prepared is not None and prepared.generation != store.generation

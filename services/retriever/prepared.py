@@ -27,7 +27,7 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
 from recserve_model.encoding import EncodingSpec
-from services.retriever.generations import Recorded, Write
+from services.retriever.generations import Journal, Recorded
 from services.retriever.store import VectorStore
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ class Preparer:
     async def prepare(self, version: str) -> Preparation:
         """Idempotent; starts the build on the first call (see the module)."""
         r = self.retriever
+        if r.writer:
+            raise FailedPrecondition(f"this retriever follows {r.writer}: prepare versions there")
         if not VERSION.fullmatch(version):
             raise InvalidArgument(
                 "model_version", "an artifact version: 1 to 128 letters, digits, '-' or '_'"
@@ -114,7 +116,7 @@ class Preparer:
         return Preparation(BUILDING, "", own_generation=True)
 
     async def _build(
-        self, prepared: Prepared, items_path: Any, schema: CatalogueSchema, journal: list[Write]
+        self, prepared: Prepared, items_path: Any, schema: CatalogueSchema, journal: Journal
     ) -> None:
         r = self.retriever
 
@@ -147,6 +149,7 @@ class Preparer:
             prepared.version,
             prepared.items_sha256,
             prepared.asked_at,
+            self.retriever.from_seqs.get(store.generation, 0),
         )
         self.retriever.generations.record_prepared(recorded)
 
@@ -170,6 +173,7 @@ class Preparer:
         if prepared.store is not None:
             prepared.store.close()
             prepared.store.drop()
+        r.trim_feed()
         log.info(
             "dropped prepared model version",
             extra={"fields": {"version": prepared.version, "reason": reason}},

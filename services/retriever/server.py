@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
 
 from recserve_kit.health import DependencyProbe
 from recserve_kit.server import Registration, Service, build_server
 from services.retriever.config import RetrieverSettings
 from services.retriever.domain import Generations, Retriever
+from services.retriever.follower import Follower
 from services.retriever.item_tower import ItemTower
 from services.retriever.servicer import RetrieverServicer
 
@@ -17,8 +22,29 @@ ROLLOUT_FOLLOW_S = 5.0  # how often the rollout is looked at when the refresh is
 log = logging.getLogger(__name__)
 
 
+def writer_dir(settings: RetrieverSettings) -> Path:
+    return settings.data_dir / "qdrant" / settings.collection
+
+
+def follower_generations(settings: RetrieverSettings) -> Generations:
+    """A follower's own shards, in a folder of this process's: each build
+    in a new one (a rebuild after a feed gap serves beside the old)."""
+    from services.retriever.edge_store import EdgeStore
+
+    state_dir = settings.data_dir / "qdrant" / f"{settings.collection}.follower-{os.getpid()}"
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+    def create(name: str, dim: int) -> EdgeStore:
+        path = state_dir / f"{name}-{uuid.uuid4().hex[:8]}"
+        return EdgeStore.create(path, name, dim, settings.hnsw_m, settings.hnsw_ef_construct)
+
+    return Generations(
+        state_dir, create, lambda name, dim: EdgeStore.open(state_dir / name, name, dim)
+    )
+
+
 def generations_for(settings: RetrieverSettings) -> Generations:
-    state_dir = settings.data_dir / "qdrant" / settings.collection
+    state_dir = writer_dir(settings)
     if not settings.qdrant_url:
         from services.retriever.edge_store import EdgeStore
 
@@ -44,9 +70,14 @@ def generations_for(settings: RetrieverSettings) -> Generations:
 
 
 async def create_server(settings: RetrieverSettings) -> Service:
-    retriever = Retriever(settings, generations_for(settings))
+    if settings.follow and settings.qdrant_url:
+        raise ValueError("follow: only the embedded Qdrant Edge backend has followers")
+    generations = follower_generations(settings) if settings.follow else generations_for(settings)
+    retriever = Retriever(settings, generations)
     item_tower = ItemTower(settings)
-    if settings.qdrant_url != ":memory:":
+    if settings.follow:
+        retriever.writer = f"the retriever writing {writer_dir(settings)}"
+    elif settings.qdrant_url != ":memory:":
         retriever.open_current()
 
     async def collection_loaded() -> bool:
@@ -84,8 +115,14 @@ async def create_server(settings: RetrieverSettings) -> Service:
     async def close() -> None:
         retriever.close()
         await item_tower.close()
+        if settings.follow:  # its shards are its own, rebuilt at each start
+            shutil.rmtree(generations.state_dir, ignore_errors=True)
 
-    service.run_in_background(watch_artifacts)
+    if settings.follow:
+        follower = Follower(retriever, writer_dir(settings))
+        service.run_in_background(lambda: follower.run(settings.follow_interval_s))
+    else:
+        service.run_in_background(watch_artifacts)
     service.cleanups.append(close)
     service.domain = retriever
     return service
