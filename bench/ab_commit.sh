@@ -4,6 +4,7 @@
 #   bench/ab_commit.sh 47bd53d 2 "events:400 events:1000 events:0"   # bench events --rate R (0: closed loop)
 #   bench/ab_commit.sh 6935dd2 2 cpu                                  # bench cpu at 50/s
 #   bench/ab_commit.sh 6935dd2 2 chaos                                # SIGKILL of the one process at 50/s
+#   bench/ab_commit.sh 6935dd2 2 chaos:one-process-2                  # ... of the second, where it runs
 #   bench/ab_commit.sh 6935dd2 2 "burst load:200 load:400"            # bursts of 32; bench load 60 s
 # The earlier commit is checked out in a worktree under build/ (its own code,
 # this tree's environments and generated stubs). Writes
@@ -35,12 +36,13 @@ for round in $(seq "$rounds"); do
              RECSERVE_STACK_DATA_DIR=$data $python -m bench cpu --rate 50 --duration 20 --out "$out" > /dev/null ;;
         events:*) RECSERVE_STACK_DATA_DIR=$data $python -m bench events --duration 20 \
                     --rate "${what#events:}" --out "$out" > /dev/null ;;
-        chaos) RECSERVE_STACK_DATA_DIR=$data $python -m bench chaos --kill one-process --rate 50 \
-                 --duration 20 --out "$out" > /dev/null ;;
+        chaos|chaos:*) kill=${what#chaos}; kill=${kill#:}
+               RECSERVE_STACK_DATA_DIR=$data $python -m bench chaos --kill "${kill:-one-process}" \
+                 --rate 50 --duration 20 --out "$out" > /dev/null ;;
         burst) $python -m bench load --rate 20 --duration 5 > /dev/null
                $python -m bench burst --sizes 32 --repeats 5 --out "$out" > /dev/null ;;
         load:*) $python -m bench load --rate "${what#load:}" --duration 60 --out "$out" > /dev/null ;;
-        *) echo "unknown measurement: $what (cpu, events:RATE, chaos, burst, load:RATE)" >&2 ;;
+        *) echo "unknown measurement: $what (cpu, events:RATE, chaos[:NAME], burst, load:RATE)" >&2 ;;
       esac
       echo "round $round $side $what: $out"
     done

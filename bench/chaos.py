@@ -34,18 +34,38 @@ def serving(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 # In turn: the serving processes first (the one that hosts the backends, or
 # each service's), then Triton, then the ingress.
-KILL_ORDER = ("gateway", "one-process", "features", "retriever", "ranker", "tritonserver", "envoy")
+KILL_ORDER = (
+    "gateway", "one-process", "one-process-2", "features", "retriever", "ranker", "tritonserver",
+    "envoy",
+)  # fmt: skip
+FOLLOWS = "RECSERVE_RETRIEVER_FOLLOW"  # a request-path process after the first has it
+
+
+def candidates(name: str) -> list[psutil.Process]:
+    """The serving processes ``name`` stands for: "one-process" is the
+    first request-path process (its retriever writes), "one-process-2" a
+    further one (its retriever follows)."""
+    processes = stack_processes()
+    if not name.startswith("one-process"):
+        return serving(processes[name])
+    found = []
+    for process in serving(processes["one-process"]):
+        try:
+            if (process.environ().get(FOLLOWS) == "true") == (name == "one-process-2"):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
 
 
 def running_names() -> tuple[str, ...]:
     """The stack processes to kill in turn, of those that run (the
     one-process stack has no features, retriever or ranker of its own)."""
-    processes = stack_processes()
-    return tuple(name for name in KILL_ORDER if serving(processes[name]))
+    return tuple(name for name in KILL_ORDER if candidates(name))
 
 
 def _pid(name: str) -> int:
-    found = serving(stack_processes()[name])
+    found = candidates(name)
     if not found:
         raise SystemExit(f"{name} is not running (start the stack first)")
     return found[0].pid  # with two gateways: one of them

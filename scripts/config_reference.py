@@ -65,8 +65,10 @@ SECTIONS = [
 ]
 # Defaults that depend on the machine, said in words so the page is one text.
 DEFAULT_WORDS = {
-    ("StackSettings", "gateway_extra_ports"): "`[50061]` on 4+ cores, else `[]`",
-    ("StackSettings", "gateway_standby_port"): "`50062` on fewer than 4 cores, else `0`",
+    ("StackSettings", "gateway_extra_ports"): (
+        "`[50061]` on 2+ cores, but `[]` with each service apart on fewer than 4"
+    ),
+    ("StackSettings", "gateway_standby_port"): "`50062` where no extra gateway runs, else `0`",
     ("StackSettings", "one_process"): "`true` on fewer than 4 cores, else `false`",
     ("StackSettings", "python"): "the Python that runs the runner",
 }

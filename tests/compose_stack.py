@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recserve_kit import transport
 from recserve_kit.transport import Tls
+from tests.helpers import poll_until
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "recserve"
@@ -138,6 +140,21 @@ class ComposeStack:
         os.kill(pid, signal.SIGKILL)
         return pid
 
+    def wait_whole(self, timeout_s: float = 120) -> None:
+        """Until every gateway's and backend's container serves again (after
+        a kill: Compose restarts it)."""
+
+        def whole() -> bool:
+            names = ("features", "retriever", "ranker")
+            channels = [*self.gateway_channels(), *map(self.internal_channel, names)]
+            try:
+                return all(map(serving, channels))
+            finally:
+                for channel in channels:
+                    channel.close()
+
+        poll_until(whole, timeout_s, 0.5, "every service serving")
+
     def restarts(self) -> int:
         """Restarts of every service container so far (restart: unless-stopped)."""
         ids = project_containers()
@@ -149,6 +166,16 @@ class ComposeStack:
         url = f"http://{ip(self.containers(service)[replica])}:{METRICS_PORTS[service]}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
+
+
+def serving(channel: grpc.Channel) -> bool:
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
+    except grpc.RpcError:
+        return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def nightly_run(run_id: str) -> None:

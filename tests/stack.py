@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -90,21 +91,38 @@ class RunningStack:
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.port(name)}"
 
+    def serving(self, address: str) -> bool:
+        """Whether the port at ``address`` answers SERVING (the runner's probe)."""
+        from recserve_stack.probes import grpc_serving
+
+        return asyncio.run(grpc_serving(address, timeout_s=5, tls=self.tls))
+
+    def wait_whole(self, timeout_s: float = 120) -> None:
+        """Until every gateway's and backend's port serves: after a kill, a
+        full answer may come from another request-path process while the
+        killed one, whose modules take the writes, still starts."""
+        extra = json.loads(self.env.get("RECSERVE_STACK_GATEWAY_EXTRA_PORTS", "[]"))
+        addresses = [self.address(n) for n in ("gateway", "features", "retriever", "ranker")]
+        addresses += [f"127.0.0.1:{port}" for port in extra]
+        poll_until(lambda: all(map(self.serving, addresses)), timeout_s, 0.2, "the stack whole")
+
     def channel_options(self, name: str) -> list[tuple[str, str]]:
         return []  # certificates name 127.0.0.1
 
     def component_pids(self, marker: str) -> list[int]:
         """The pids of the components whose command line holds ``marker``
         (a process that exited meanwhile, such as a killed component not
-        reaped yet, is not one)."""
+        reaped yet, is not one); a request-path process that follows the
+        first's writers after the first."""
         found = []
         for process in self.descendants():
             try:
                 if marker in " ".join(process.cmdline()):
-                    found.append(process.pid)
+                    follows = process.environ().get("RECSERVE_RETRIEVER_FOLLOW") == "true"
+                    found.append((follows, process.pid))
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
-        return found
+        return [pid for _, pid in sorted(found, key=lambda found: found[0])]
 
     def gateway_pids(self) -> list[int]:
         """The gateways' pids: first the one that hosts the backends

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 
@@ -12,6 +13,9 @@ from recserve_stack.runner import Component
 from recserve_stack.settings import ROOT, STANDBY_GATEWAY, STANDBY_MARK, StackSettings
 
 SERVICES = ("features", "retriever", "ranker", "gateway")
+HOSTED = SERVICES[:3]  # the modules a request-path process hosts (one_process)
+# What a further request-path process follows of the first's writers.
+FOLLOWS = {"RECSERVE_RETRIEVER_FOLLOW": "true", "RECSERVE_FEATURES_PUBLISH": "false"}
 
 
 def service_environment(settings: StackSettings) -> dict[str, str]:
@@ -152,6 +156,28 @@ def gateway_process(
     return replica_process(settings, "gateway", name, port, metrics_port, env)
 
 
+def request_path_follower(
+    settings: StackSettings, name: str, port: int, replica: int, env: dict[str, str]
+) -> Component:
+    """One more process of the whole request path (``one_process``): its
+    gateway on ``port``, its modules on ports of their own that only it
+    calls, each following the first process's writers: the retriever
+    rebuilds the writer's index and replays its change feed, the features
+    read what the first publishes, the ranker follows the rollout. Calls
+    that write (events, items, operator actions) go to the first's."""
+    own = {
+        k: v for k, v in env.items() if k not in {f"RECSERVE_{m.upper()}_SOCKET" for m in HOSTED}
+    }
+    for module in HOSTED:
+        own[f"RECSERVE_{module.upper()}_PORT"] = own[f"RECSERVE_{module.upper()}_METRICS_PORT"] = (
+            "0"
+        )
+    component = gateway_process(settings, name, port, replica, {**own, **FOLLOWS})
+    return dataclasses.replace(
+        component, argv=[str(settings.python), "-u", "-m", "services.one_process"]
+    )
+
+
 def ranker_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
     """The extra rankers ("ranker-2", ...), no metrics port (the first's is the stack's)."""
     return [
@@ -161,9 +187,11 @@ def ranker_replicas(settings: StackSettings, env: dict[str, str]) -> list[Compon
 
 
 def gateway_replicas(settings: StackSettings, env: dict[str, str]) -> list[Component]:
-    """The extra gateways, the canary build's gateway and the standby, when set."""
+    """The extra gateways (with ``one_process``, each a request-path process
+    of its own), the canary build's gateway and the standby, when set."""
+    extra = request_path_follower if settings.one_process else gateway_process
     replicas = [
-        gateway_process(settings, name, port, replica, env)
+        extra(settings, name, port, replica, env)
         for replica, (name, port) in enumerate(
             zip(settings.gateway_names[1:], settings.gateway_extra_ports, strict=True), start=1
         )

@@ -31,16 +31,21 @@ SOCKET_DIR_MAX = 107 - len(f"/{STANDBY_GATEWAY}.sock")
 
 
 def small_host() -> bool:
-    """Fewer than 4 cores: one process for the request path, a standby gateway."""
+    """Fewer than 4 cores: the request path in one process (one per core)."""
     return (os.cpu_count() or 1) < 4
 
 
-def default_extra_gateways() -> list[int]:
+def default_extra_gateways(one_process: bool) -> list[int]:
+    """With the request path in one process, a second such process where
+    there is a second core: 200/s with p99 21-32 ms against 35-45, 270-310
+    full answers a second at 400/s against 170-210, for 0.6 ms more CPU a
+    Recommend at 50/s (docs/benchmarks.md, "A request-path process per core").
+    Each service apart, a second gateway where there are cores for it: on two
+    it cost 1.7 ms more CPU a request at 50/s and doubled p99 under 520/s of
+    overload (two bounds admit twice the work; "One gateway or two")."""
+    if one_process:
+        return [50061] if (os.cpu_count() or 1) >= 2 else []
     return [] if small_host() else [50061]
-
-
-def default_standby_gateway() -> int:
-    return 50062 if small_host() else 0
 
 
 class StackSettings(BaseSettings):
@@ -88,14 +93,21 @@ class StackSettings(BaseSettings):
         9901, ge=1, le=65535, description="Envoy's admin interface (loopback only)."
     )
     gateway_port: int = Field(50051, ge=1, le=65535, description="The first gateway's port.")
+    # On two cores, five Python gRPC servers per Recommend spent most of
+    # their CPU in gRPC itself (docs/benchmarks.md, "One process").
+    one_process: bool = Field(
+        default_factory=small_host,
+        description="The gateway's process hosts the features, retriever and ranker modules "
+        "and calls them in-process (`python -m services.one_process`; default on fewer "
+        "than 4 cores); each module keeps its port, and each further gateway is such a "
+        "process too, following the first's writers. False: each its own process, as in "
+        "Compose and Kubernetes.",
+    )
     # More gateway processes behind Envoy, one port each: a gateway that dies
     # is no longer the one process whose death clients see (Envoy retries on
-    # the other). Default: a second gateway where there are cores for it. On
-    # two cores it cost 1.7 ms more CPU per request at 50/s and doubled p99
-    # under 520/s of overload (two bounds admit twice the work), so there one
-    # gateway runs unless asked (docs/benchmarks.md, "One gateway or two").
+    # the other).
     gateway_extra_ports: list[int] = Field(
-        default_factory=lambda: default_extra_gateways(),
+        default_factory=lambda data: default_extra_gateways(data["one_process"]),
         description="Ports of more gateway processes behind Envoy, as JSON; Envoy retries "
         "a failed call on another one, so a gateway that dies costs clients no error.",
     )
@@ -108,28 +120,20 @@ class StackSettings(BaseSettings):
         "this size it is renamed <name>.1 (replacing the one before), so each takes at most "
         "twice this.",
     )
-    # On two cores, five Python gRPC servers per Recommend spent most of
-    # their CPU in gRPC itself (docs/benchmarks.md, "One process").
-    one_process: bool = Field(
-        default_factory=small_host,
-        description="The gateway's process hosts the features, retriever and ranker modules "
-        "and calls them in-process (`python -m services.one_process`; default on fewer "
-        "than 4 cores); each module keeps its port. False: each its own process, as in "
-        "Compose and Kubernetes.",
-    )
     ranker_extra_ports: list[int] = Field(
         default_factory=list,
         description="Ports of more ranker processes sharing the rollout, as JSON (the "
         "gateways call the first; the others answer direct calls and forwarded actions).",
     )
-    # Where a second active gateway costs too much (two cores), a standby:
-    # Envoy sends it nothing while the others are healthy (priority 1), and
-    # a call whose gateway died is retried there.
+    # Where no second gateway serves (one core, or each service apart on
+    # two), a standby: Envoy sends it nothing while the others are healthy
+    # (priority 1), and a call whose gateway died is retried there.
     gateway_standby_port: int = Field(
-        default_factory=default_standby_gateway,
+        default_factory=lambda data: 0 if data["gateway_extra_ports"] else 50062,
         ge=0,
         le=65535,
-        description="A standby gateway on this port (0: none; default on fewer than 4 cores): "
+        description="A standby gateway on this port (0: none; default where no extra gateway "
+        "runs): "
         "Envoy's failover (priority 1), sent retries and traffic only while no other "
         "gateway is healthy.",
     )

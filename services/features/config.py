@@ -35,6 +35,13 @@ class FeaturesSettings(ServiceSettings):
     refresh_interval_s: float = Field(
         5.0, ge=0, description="How often to look for a newly published artifact; 0 disables."
     )
+    publish: bool = Field(
+        True,
+        description="Publish the current artifact's features to the online store when it "
+        "changes; false: only read what another features process publishes (each further "
+        "request-path process of the local stack), which it follows within "
+        "refresh_interval_s.",
+    )
     ranker_addr: str = Field(
         "",
         description="The ranker, whose user tower computes a user's vector again after an "

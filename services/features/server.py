@@ -21,14 +21,15 @@ log = logging.getLogger(__name__)
 
 
 def ensure_published(settings: FeaturesSettings) -> FeatureStore:
-    """The store, after publishing the current artifact if it is not yet.
+    """The store, after publishing the current artifact if it is not yet
+    (where this process publishes: ``publish``).
     The artifact's files are verified only then: every look (each
     refresh_interval_s) hashing them all cost a 12 MB artifact 0.7% of the
     one process's CPU, and grows with the catalogue."""
     feast_dir = settings.data_dir / "feast"
-    if published_version(feast_dir, settings.redis_url) != artifacts.current_version(
-        settings.data_dir
-    ):
+    if settings.publish and published_version(
+        feast_dir, settings.redis_url
+    ) != artifacts.current_version(settings.data_dir):
         directory = artifacts.current(settings.data_dir)
         return apply_and_publish(feast_dir, directory, directory.name, settings.redis_url)
     return FeatureStore(config=repo_config(feast_dir, settings.redis_url))

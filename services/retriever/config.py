@@ -52,7 +52,11 @@ class RetrieverSettings(ServiceSettings):
         "PrepareModelVersion sent to it are refused (FAILED_PRECONDITION).",
     )
     follow_interval_s: float = Field(
-        0.05, gt=0, le=5, description="How often a follower looks for the writer's new writes."
+        1.0,
+        gt=0,
+        le=60,
+        description="How often a follower looks for the writer's new writes besides when "
+        "Linux reports them written (inotify: at once); where it cannot, the only look.",
     )
     embed_timeout_s: float = Field(
         5.0, gt=0, description="Cap on each EmbedItems call (of up to 1,000 items) to the ranker."

@@ -13,8 +13,9 @@ data folder and mirrors them into generations of its own:
 - its prepared model version (a rollout's candidate), the same way; its
   promotion makes the follower's copy current without a rebuild, its drop
   drops it;
-- every write since: read from the feed each ``follow_interval_s`` and
-  applied to each generation it belongs to.
+- every write since: read from the feed as the kernel reports it written
+  (inotify; else each ``follow_interval_s``) and applied to each generation
+  it belongs to.
 
 Each held generation reads the feed on its own from its start, so one
 that starts later or falls behind never holds the others back. Reads are
@@ -36,10 +37,13 @@ from pathlib import Path
 
 from prometheus_client import Gauge
 
+from recserve_kit.file_changes import FileChanges
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
+from services.retriever import followers
 from services.retriever.change_feed import FeedGap, FeedReader
 from services.retriever.domain import Retriever
+from services.retriever.followers import HEARTBEAT_S
 from services.retriever.generations import Recorded
 from services.retriever.prepared import ITEMS_FILE, Prepared
 from services.retriever.store import VectorStore
@@ -62,6 +66,7 @@ class Follower:
         self.unfollowable = ""  # why the writer's generation cannot be rebuilt now
         self._seen: tuple[int, int] = (0, 0)  # state.json's (mtime, size) last read
         self._state: dict[str, object] = {}
+        self._told: tuple[str, str, float] = ("", "", 0.0)  # the status last written
 
     def writer_state(self) -> dict[str, object]:
         try:
@@ -74,6 +79,17 @@ class Follower:
         return self._state
 
     async def run(self, interval_s: float) -> None:
+        """Looks at each change the kernel reports (inotify: a write shows
+        here within the time it takes to apply it), and every ``interval_s``."""
+        self.feed_dir.mkdir(parents=True, exist_ok=True)
+        changes = FileChanges([self.state_path.parent, self.feed_dir])
+        try:
+            await self._follow(changes, interval_s)
+        finally:
+            changes.close()
+            followers.remove(self.state_path.parent)
+
+    async def _follow(self, changes: FileChanges, interval_s: float) -> None:
         while True:
             try:
                 await self.step()
@@ -85,7 +101,7 @@ class Follower:
                 self.unfollowable = str(gap)
             except Exception:
                 log.exception("following the writer failed; serving what is held")
-            await asyncio.sleep(interval_s)
+            await changes.wait(interval_s)
 
     async def step(self) -> None:
         """One look at the writer: its generations, then its new writes."""
@@ -97,6 +113,17 @@ class Follower:
         await self._follow_prepared(Recorded.of(prepared) if isinstance(prepared, dict) else None)
         self._tail()
         self.unfollowable = ""
+        self._tell()
+
+    def _tell(self) -> None:
+        """This follower's generations, for the writer (``followers.py``)."""
+        r = self.retriever
+        current = r.current.generation if r.current is not None else ""
+        held = r.prepared.store if r.prepared is not None else None
+        prepared = held.generation if held is not None else ""
+        if (current, prepared) != self._told[:2] or time.time() - self._told[2] > HEARTBEAT_S:
+            followers.write(self.state_path.parent, current, prepared)
+            self._told = (current, prepared, time.time())
 
     async def _follow_current(self, recorded: Recorded) -> None:
         r = self.retriever

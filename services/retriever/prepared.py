@@ -5,8 +5,9 @@ vector space) cannot be rolled out against the current generation: its
 users' vectors would search another model's items. ``prepare`` builds the
 version's generation in the background (PrepareModelVersion, which the
 operator's ``rollout start`` calls until READY before the ranker moves any
-user); searches naming the version use it, and every write goes to it too.
-The rollout's end decides its fate: promoted, the artifact becomes current
+user; READY once every live follower holds it too, ``followers.py``);
+searches naming the version use it, and every write goes to it too. The
+rollout's end decides its fate: promoted, the artifact becomes current
 and the retriever switches to this generation without a rebuild
 (``Retriever.refresh_from_artifacts``); rolled back, aborted or concluded,
 it is dropped (``follow_rollout``). A version whose item vectors are the
@@ -27,6 +28,7 @@ from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
 from recserve_model.encoding import EncodingSpec
+from services.retriever import followers
 from services.retriever.generations import Journal, Recorded
 from services.retriever.store import VectorStore
 
@@ -84,6 +86,8 @@ class Preparer:
                 # A new rollout of it: one that ended before now is not its own.
                 held.asked_at = time.time()
                 self._record(held, held.store)
+                if followers.lacking(r.generations.state_dir, held.store.generation):
+                    return Preparation(BUILDING, "", own_generation=True)  # theirs still built
                 return Preparation(READY, held.store.generation, own_generation=True)
             if held.task is not None and not held.task.done():
                 return Preparation(BUILDING, "", own_generation=True)

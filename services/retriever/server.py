@@ -69,6 +69,19 @@ def generations_for(settings: RetrieverSettings) -> Generations:
     )
 
 
+async def follow_writer(
+    service: Service, retriever: Retriever, settings: RetrieverSettings
+) -> None:
+    """A follower serves from the start where the writer has a generation,
+    then follows it (``follower.py``)."""
+    follower = Follower(retriever, writer_dir(settings))
+    try:
+        await follower.step()
+    except Exception:
+        log.exception("following the writer failed; trying again")
+    service.run_in_background(lambda: follower.run(settings.follow_interval_s))
+
+
 async def create_server(settings: RetrieverSettings) -> Service:
     if settings.follow and settings.qdrant_url:
         raise ValueError("follow: only the embedded Qdrant Edge backend has followers")
@@ -119,8 +132,7 @@ async def create_server(settings: RetrieverSettings) -> Service:
             shutil.rmtree(generations.state_dir, ignore_errors=True)
 
     if settings.follow:
-        follower = Follower(retriever, writer_dir(settings))
-        service.run_in_background(lambda: follower.run(settings.follow_interval_s))
+        await follow_writer(service, retriever, settings)
     else:
         service.run_in_background(watch_artifacts)
     service.cleanups.append(close)

@@ -158,8 +158,12 @@ def test_a_model_retrained_on_logged_events_is_canaried_then_promoted(stack, bui
         # Each user is retrieved from their own model's items.
         for user, items in ((on_candidate, retrained_items), (on_stable, stable_items)):
             vector, version = user_vector(stack, user)
-            served, scores = retrieved_from(stack, user, recommend)
-            assert served == version
+            # Every request-path process's ranker follows the rollout within
+            # a quarter of a second (services/ranker/replica.py).
+            served, scores = poll_until(
+                lambda u=user, v=version: (a := retrieved_from(stack, u, recommend))[0] == v and a,
+                10, 0.05, f"user {user} served by {version}",
+            )  # fmt: skip
             assert scores_match(vector, items, scores), (user, version)
         assert served == built.version != retrained.version  # on_stable, last
         vector, _ = user_vector(stack, on_candidate)

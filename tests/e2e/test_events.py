@@ -166,6 +166,7 @@ def test_no_acknowledged_event_is_lost_to_a_sigkill_under_load(stack, events):
         return len(found) == 2 and all(found) and gateways[0] not in found
 
     poll_until(both_back, 60, 0.2, "the runner to restart the killed gateway")
+    stack.wait_whole()
 
 
 def test_an_event_changes_the_users_next_answer(stack, channel, events):

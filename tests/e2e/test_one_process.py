@@ -1,23 +1,27 @@
 """The request path in one process (``RECSERVE_STACK_ONE_PROCESS``, the local
 runner's default on a small host): the gateway's process hosts the features,
 retriever and ranker modules, each still on its own port, and a Recommend's
-calls to them stay in the process with their spans and metrics. The rest of
-the e2e suite runs against it with RECSERVE_E2E_ONE_PROCESS=true; this module
-starts such a stack of its own when the suite runs the backends apart."""
+calls to them stay in the process with their spans and metrics; one such
+process per core, the second following the first's writers (the retriever's
+index, the features it publishes, the rollout). The rest of the e2e suite
+runs against it with RECSERVE_E2E_ONE_PROCESS=true; this module starts such
+a stack of its own when the suite runs the backends apart."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import threading
+import time
 
 import grpc
 import pytest
 
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
-from recserve_stack.probes import grpc_serving
+from recserve.retriever.v1 import retriever_pb2 as rpb
+from recserve.retriever.v1 import retriever_pb2_grpc
 from tests.e2e.conftest import ONE_PROCESS
+from tests.e2e.test_events import token
 from tests.helpers import data_dir_with_artifacts, full_answer, poll_until
 from tests.stack import running_stack
 
@@ -50,32 +54,38 @@ def door(one):
 
 def calls(metrics: str, service: str, method: str) -> float:
     """How many ``method`` calls the ``service`` module has answered, from
-    the duration metric its handler wrapper observes."""
+    the duration metric its handler wrapper observes (summed over the
+    processes whose metrics ``metrics`` holds)."""
     pattern = (
         r"recserve_rpc_server_duration_seconds_count\{"
         rf'code="OK",method="{method}",service="{service}"\}} (\S+)'
     )
-    found = re.search(pattern, metrics)
-    return float(found.group(1)) if found else 0.0
+    return sum(float(count) for count in re.findall(pattern, metrics))
 
 
 def serving(stack, name: str) -> bool:
     """Whether ``name``'s port answers SERVING (the runner's own probe)."""
-    return asyncio.run(grpc_serving(stack.address(name), timeout_s=5, tls=stack.tls))
+    return stack.serving(stack.address(name))
 
 
 def test_one_process_hosts_the_backends_and_each_keeps_its_port(one):
-    assert len(one.component_pids("services.one_process")) == 1
+    # One per core (these stacks run a second gateway): the second follows the first's writers.
+    assert len(one.component_pids("services.one_process")) == 2
     for name in HOSTED:
         assert one.component_pids(f"services.{name}") == [], name
         assert serving(one, name), name
 
 
+def both(one) -> str:
+    """The /metrics of both request-path processes (Envoy picks one a call)."""
+    return one.metrics("gateway") + one.metrics("gateway", replica=1)
+
+
 def test_a_recommend_runs_each_module_in_the_gateways_process(one, door):
     full_answer(door, "42")
-    before = one.metrics("gateway")
+    before = both(one)
     reply = full_answer(door, "43", debug=True)
-    after = one.metrics("gateway")
+    after = both(one)
     assert {"features", "retrieve", "rank"} <= {t.stage for t in reply.stage_timings}
     # The modules' own handler wrappers ran, and their metrics are the
     # gateway process's (no port of their own).
@@ -88,9 +98,9 @@ def test_a_recommend_runs_each_module_in_the_gateways_process(one, door):
 
 
 def test_a_killed_one_process_costs_clients_no_error(one, door):
-    """SIGKILL of the process that hosts the backends, under load: the other
-    gateway answers meanwhile (from the fallback while the backends are
-    away), the runner restarts the process, and full answers return."""
+    """SIGKILL of the first request-path process (the one whose retriever
+    and features write), under load: the second answers meanwhile, the
+    runner restarts the first, and full answers return."""
     errors: list[grpc.StatusCode] = []
     answered: list[bool] = []
     stop = threading.Event()
@@ -105,7 +115,7 @@ def test_a_killed_one_process_costs_clients_no_error(one, door):
             stop.wait(0.02)
 
     full_answer(door)
-    before = one.component_pid("services.one_process")
+    before = one.component_pid("services.one_process")  # the first: the writers'
     worker = threading.Thread(target=load)
     worker.start()
     try:
@@ -113,9 +123,10 @@ def test_a_killed_one_process_costs_clients_no_error(one, door):
 
         def restarted() -> bool:
             pids = one.component_pids("services.one_process")
-            return bool(pids) and before not in pids
+            return len(pids) == 2 and before not in pids
 
         poll_until(restarted, 60, 0.2, "the runner to restart the one process")
+        one.wait_whole()
         poll_until(
             lambda: not door.Recommend(pb.RecommendRequest(user_id="8", k=10), timeout=2).degraded,
             120, 0.2, "a full answer from the restarted process",
@@ -124,3 +135,33 @@ def test_a_killed_one_process_costs_clients_no_error(one, door):
         stop.set()
         worker.join()
     assert errors == [] and answered and all(answered)
+
+
+def test_a_write_through_envoy_reaches_the_second_process(one):
+    """The second process's retriever follows the first's change feed: an
+    item upserted through Envoy's admin route (the first's retriever, the
+    writer) is found through the second's gateway, and once hard-deleted,
+    no longer."""
+    admin = [("authorization", f"Bearer {token(one, 'admin')}")]
+    item = rpb.Item(item_id="followed-1", vector=[1.0] + [0.0] * 63, categories=["Drama"])
+    second = recommend_pb2_grpc.RecommendServiceStub(one.gateway_channels()[1])
+
+    def found() -> bool:
+        try:
+            request = pb.SimilarItemsRequest(item_id=item.item_id, k=5)
+            return not second.SimilarItems(request, timeout=2).degraded
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            return False
+
+    with grpc.insecure_channel(one.envoy_address) as envoy:
+        writer = retriever_pb2_grpc.RetrieverServiceStub(envoy)
+        assert not found()
+        written = time.monotonic()
+        writer.UpsertItems(rpb.UpsertItemsRequest(items=[item]), metadata=admin, timeout=30)
+        poll_until(found, 10, 0.005, "the item through the second process")
+        print(f"upsert to the second process: {time.monotonic() - written:.3f} s")  # (-s)
+        hard = rpb.DeleteItemsRequest(item_ids=[item.item_id], mode=rpb.DELETE_MODE_HARD)
+        writer.DeleteItems(hard, metadata=admin, timeout=30)
+        poll_until(lambda: not found(), 10, 0.005, "the item gone from the second process")

@@ -1,7 +1,8 @@
 """The local stack's wiring: two gateways by default, each with its own
 ports and socket, both behind Envoy; one when asked; the processes call each
 other on Unix sockets unless told to use the ports; the backends hosted in
-the gateway's process, or each in its own."""
+the gateway's process, or each in its own; with them hosted, each further
+gateway a request-path process of its own that follows the first's writers."""
 
 from pathlib import Path
 
@@ -98,9 +99,26 @@ def test_one_process_hosts_the_backends_and_the_other_processes_wait_for_it(tmp_
     # Each hosted module reads its own settings: its port and socket stay.
     assert hosting.env["RECSERVE_RANKER_PORT"] == str(settings.ranker_port)
     assert hosting.env["RECSERVE_RETRIEVER_SOCKET"] == str(tmp_path / "sockets" / "retriever.sock")
-    # A second gateway, the standby and a second ranker call its ports.
-    for name in ("gateway-2", "gateway-standby", "ranker-2"):
+    # The standby and a second ranker call its ports.
+    for name in ("gateway-standby", "ranker-2"):
         assert components[name].after == ("gateway",)
         assert components[name].argv[-1] != "services.one_process"
+    # A second gateway is a second request-path process: its modules on
+    # ports and sockets of their own, following the first's writers.
+    second = components["gateway-2"]
+    assert second.argv[-1] == "services.one_process" and second.after == ("gateway",)
+    assert second.env is not None and second.env["RECSERVE_GATEWAY_PORT"] == "50061"
+    assert second.env["RECSERVE_GATEWAY_SOCKET"] == str(tmp_path / "sockets" / "gateway-2.sock")
+    for module in ("FEATURES", "RETRIEVER", "RANKER"):
+        assert second.env[f"RECSERVE_{module}_PORT"] == "0"
+        assert f"RECSERVE_{module}_SOCKET" not in second.env
+    assert second.env["RECSERVE_RETRIEVER_FOLLOW"] == "true"
+    assert second.env["RECSERVE_FEATURES_PUBLISH"] == "false"
+    assert "RECSERVE_RETRIEVER_FOLLOW" not in hosting.env
+    # Its gateway's other calls (events, the catalogue's watch) reach the first's modules.
+    assert (
+        second.env["RECSERVE_GATEWAY_FEATURES_ADDR"]
+        == hosting.env["RECSERVE_GATEWAY_FEATURES_ADDR"]
+    )
     apart = {c.name for c in stack_components(StackSettings(data_dir=tmp_path, one_process=False))}
     assert {"features", "retriever", "ranker", "gateway"} <= apart

@@ -16,7 +16,11 @@ def chaos(
     admin: Annotated[str, typer.Option(help="Envoy's admin URL.")] = "http://127.0.0.1:9901",
     kill: Annotated[
         str,
-        typer.Option(help="Comma-separated processes, in turn; empty: each that runs."),
+        typer.Option(
+            help="Comma-separated processes, in turn (one-process: the first request-path "
+            "process, whose retriever writes; one-process-2: a further one); empty: each "
+            "that runs."
+        ),
     ] = "",
     rate: float = 100.0,
     duration: Annotated[float, typer.Option(help="Seconds of load per kill.", max=120)] = 15.0,
