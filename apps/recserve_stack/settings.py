@@ -37,9 +37,10 @@ def small_host() -> bool:
 
 def default_extra_gateways(one_process: bool) -> list[int]:
     """With the request path in one process, a second such process where
-    there is a second core: 200/s with p99 21-32 ms against 35-45, 270-310
-    full answers a second at 400/s against 170-210, for 0.6 ms more CPU a
-    Recommend at 50/s (docs/benchmarks.md, "A request-path process per core").
+    there is a second core: bursts of 32 shed 0-3 answers against 10-14,
+    200/s with p99 11-15 ms against 30-35, 370-377 full answers a second at
+    400/s against 216-224, for the same CPU a Recommend at 50/s
+    (docs/benchmarks.md, "A request-path process per core").
     Each service apart, a second gateway where there are cores for it: on two
     it cost 1.7 ms more CPU a request at 50/s and doubled p99 under 520/s of
     overload (two bounds admit twice the work; "One gateway or two")."""
