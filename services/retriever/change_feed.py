@@ -109,11 +109,15 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
 class ChangeFeed:
     """The writer's end: one per retriever, under its write lock."""
 
-    def __init__(self, directory: Path, max_bytes: int = 16 << 20) -> None:
+    def __init__(self, directory: Path, max_bytes: int = 16 << 20, kept: bool = True) -> None:
+        """``kept``: written to disk (a Qdrant server replicates itself:
+        there the writes are only numbered, for the journals)."""
         self.directory = directory
         self.max_bytes = max_bytes
-        directory.mkdir(parents=True, exist_ok=True)
-        self.last_seq = self._recover()
+        self.kept = kept
+        if kept:
+            directory.mkdir(parents=True, exist_ok=True)
+        self.last_seq = self._recover() if kept else 0
         self._file: Any = None
 
     def _recover(self) -> int:
@@ -137,6 +141,8 @@ class ChangeFeed:
 
     def append(self, seq: int, write: Write) -> None:
         """Written and fsynced when it returns (blocking: a worker thread)."""
+        if not self.kept:
+            return
         record = encode(seq, write)
         if self._file is None or self._file.tell() >= self.max_bytes:
             if self._file is not None:
@@ -153,7 +159,7 @@ class ChangeFeed:
     def trim(self, needed_after: int) -> int:
         """Removes the files whose records are all at or below
         ``needed_after`` (the oldest generation's start); never the newest."""
-        found = segments(self.directory)
+        found = segments(self.directory) if self.kept else []
         gone = 0
         for (_, path), (next_first, _) in itertools.pairwise(found):
             if next_first - 1 <= needed_after:

@@ -58,7 +58,7 @@ class Retriever:
         self._journals: list[tuple[str, Journal]] = []
         # Every write applied, numbered, for followers (change_feed.py), and
         # where each generation's own writes start in it.
-        self.feed = ChangeFeed(generations.state_dir / "feed")
+        self.feed = ChangeFeed(generations.state_dir / "feed", kept=not settings.qdrant_url)
         self.from_seqs: dict[str, int] = {}
         self.writer = ""  # on a follower: where writes go instead (read-only here)
         self._digests: dict[str, str] = {}  # model version -> its item vectors' checksum

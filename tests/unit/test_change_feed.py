@@ -82,3 +82,10 @@ def test_files_below_every_generations_start_go_and_a_reader_that_needed_them_is
         FeedReader(tmp_path / "feed", after=1).read_new()
     assert feed.trim(needed_after=99) == 1  # never the newest file
     assert [seq for seq, _ in FeedReader(tmp_path / "feed", after=4).read_new()] == [5]
+
+
+def test_beside_a_qdrant_server_the_writes_are_numbered_but_not_kept(tmp_path):
+    feed = ChangeFeed(tmp_path / "feed", kept=False)  # the server replicates itself
+    written(feed, upsert("a"), Write("soft", ids=["a"]))
+    assert feed.last_seq == 2 and not (tmp_path / "feed").exists()
+    assert feed.trim(needed_after=2) == 0
