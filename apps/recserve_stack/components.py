@@ -165,13 +165,9 @@ def request_path_follower(
     rebuilds the writer's index and replays its change feed, the features
     read what the first publishes, the ranker follows the rollout. Calls
     that write (events, items, operator actions) go to the first's."""
-    own = {
-        k: v for k, v in env.items() if k not in {f"RECSERVE_{m.upper()}_SOCKET" for m in HOSTED}
-    }
-    for module in HOSTED:
-        own[f"RECSERVE_{module.upper()}_PORT"] = own[f"RECSERVE_{module.upper()}_METRICS_PORT"] = (
-            "0"
-        )
+    prefixes = [f"RECSERVE_{module.upper()}_" for module in HOSTED]
+    own = {k: v for k, v in env.items() if k not in {p + "SOCKET" for p in prefixes}}
+    own.update({p + suffix: "0" for p in prefixes for suffix in ("PORT", "METRICS_PORT")})
     component = gateway_process(settings, name, port, replica, {**own, **FOLLOWS})
     return dataclasses.replace(
         component, argv=[str(settings.python), "-u", "-m", "services.one_process"]

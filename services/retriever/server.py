@@ -26,12 +26,27 @@ def writer_dir(settings: RetrieverSettings) -> Path:
     return settings.data_dir / "qdrant" / settings.collection
 
 
+def alive(pid: str) -> bool:
+    """Whether a process of this host has the pid (the followers share it)."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, PermissionError):
+        return True  # not a pid of ours to judge
+    return True
+
+
 def follower_generations(settings: RetrieverSettings) -> Generations:
     """A follower's own shards, in a folder of this process's: each build
     in a new one (a rebuild after a feed gap serves beside the old)."""
     from services.retriever.edge_store import EdgeStore
 
-    state_dir = settings.data_dir / "qdrant" / f"{settings.collection}.follower-{os.getpid()}"
+    root = settings.data_dir / "qdrant"
+    for left in root.glob(f"{settings.collection}.follower-*"):
+        if not alive(left.name.rpartition("-")[2]):  # a follower killed: its copy is garbage
+            shutil.rmtree(left, ignore_errors=True)
+    state_dir = root / f"{settings.collection}.follower-{os.getpid()}"
     shutil.rmtree(state_dir, ignore_errors=True)
 
     def create(name: str, dim: int) -> EdgeStore:

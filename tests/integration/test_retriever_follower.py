@@ -4,11 +4,13 @@ two request-path processes on one host run them: the follower serves the
 writer's generation from shards of its own, takes every acknowledged write
 from the change feed, follows a prepared version through its promotion or
 drop and a new generation's switch, refuses writes naming the writer, and
-rebuilds after a gap in the feed while it goes on serving."""
+rebuilds after a gap in the feed while it goes on serving; a killed
+follower's shards go when the next starts."""
 
 import asyncio
 import dataclasses
 import shutil
+import subprocess
 
 import grpc
 import numpy as np
@@ -179,3 +181,21 @@ async def test_a_new_generation_is_rebuilt_with_every_write_and_a_gap_waits_for_
     await apoll_until(switched, 60, 0.05)
     await until_top(reads, unit(4), "after-the-next-rebuild")
     assert (await top(reads, unit(8))).item_id == (await top(writes, unit(8))).item_id
+
+
+async def test_a_killed_followers_shards_are_removed_when_the_next_starts(built, tmp_path):
+    data_dir = data_dir_for_versions(tmp_path / "data", built.directory.parents[1])
+    writer, writer_channel, _ = await started(data_dir)
+    dead = subprocess.Popen(["true"])  # a pid no process has once it ended
+    dead.wait()
+    left = data_dir / "qdrant" / f"items.follower-{dead.pid}"
+    (left / "g0001-0").mkdir(parents=True)
+    follower, follower_channel, _ = await started_follower(data_dir)
+    try:
+        assert not left.exists()
+        assert follower.domain.generations.state_dir.exists()
+    finally:
+        for channel in (writer_channel, follower_channel):
+            await channel.close()
+        await follower.stop(0)
+        await writer.stop(0)
