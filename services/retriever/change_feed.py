@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from recserve_kit.jsonl_log import lines_before, whole_lines_end
+from recserve_kit.jsonl_log import JsonlTail, lines_before, whole_lines_end
 from services.retriever.generations import Write
 from services.retriever.store import ItemRecord
 
@@ -174,57 +174,32 @@ class ChangeFeed:
 
 
 class FeedReader:
-    """A follower's end: the records after a seq, then each new one once."""
+    """A follower's end: the records after a seq, then each new one once
+    (the kit's tail of a log's files, which leaves a half-written line for
+    the next call; the files sort in seq order by their names)."""
 
     def __init__(self, directory: Path, after: int) -> None:
         self.directory = directory
+        self.tail = JsonlTail(directory)
         self.applied = after  # the last seq handed out
         self.appended_at = 0.0  # when the writer appended it
-        self._path: Path | None = None
-        self._offset = 0
 
     def check(self) -> None:
         """``FeedGap`` if the feed no longer has the records after ``after``."""
         found = segments(self.directory)
-        if found and self._path is None:
-            self._position(found)
+        if found and found[0][0] > self.applied + 1:
+            raise FeedGap(f"the feed starts at seq {found[0][0]}, after {self.applied + 1}")
 
     def read_new(self) -> list[tuple[int, Write]]:
         """The whole records written since the last call, in seq order;
         ``FeedGap`` where one the reader needs has gone."""
-        found = segments(self.directory)
-        if not found:
-            return []
-        if self._path is None:
-            self._position(found)
         out: list[tuple[int, Write]] = []
-        paths = [p for _, p in found]
-        if self._path not in paths:
-            raise FeedGap(f"{self._path} was removed before it was read")
-        for path in paths[paths.index(self._path) :]:
-            if path != self._path:
-                self._path, self._offset = path, 0
-            self._read(path, out)
+        for record in self.tail.read_new():
+            seq = int(record["seq"])
+            if seq <= self.applied:
+                continue
+            if seq != self.applied + 1:
+                raise FeedGap(f"seq {seq} follows {self.applied}")
+            self.applied, self.appended_at = seq, float(record["at"])
+            out.append((seq, decode(record)))
         return out
-
-    def _position(self, found: list[tuple[int, Path]]) -> None:
-        if found[0][0] > self.applied + 1:
-            raise FeedGap(f"the feed starts at seq {found[0][0]}, after {self.applied + 1}")
-        self._path = [p for first, p in found if first <= self.applied + 1][-1]
-        self._offset = 0
-
-    def _read(self, path: Path, out: list[tuple[int, Write]]) -> None:
-        with path.open("rb") as lines:
-            lines.seek(self._offset)
-            for line in lines:
-                if not line.endswith(b"\n"):
-                    break  # being written: read it whole next time
-                self._offset += len(line)
-                record = json.loads(line)
-                seq = int(record["seq"])
-                if seq <= self.applied:
-                    continue
-                if seq != self.applied + 1:
-                    raise FeedGap(f"seq {seq} follows {self.applied}")
-                self.applied, self.appended_at = seq, float(record["at"])
-                out.append((seq, decode(record)))
