@@ -16,11 +16,16 @@ a follower never embeds. Files ``<first seq>.jsonl`` below the feed's
 folder; a new one past ``max_bytes``; whole files below every generation's
 start go (``trim``). Upserts, soft and hard deletes by id are idempotent,
 so replaying one twice is harmless; a gap is not, and readers report it.
+So a record the disk refused (full, failing) is never skipped: the index
+applied it, so it is kept and written before the next one, a half-written
+line cut off first (``append``); until then followers wait, and see no gap.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import itertools
 import json
 import os
@@ -119,6 +124,8 @@ class ChangeFeed:
             directory.mkdir(parents=True, exist_ok=True)
         self.last_seq = self._recover() if kept else 0
         self._file: Any = None
+        # Applied by the index but not yet on disk (a failed append), in order.
+        self.unwritten: list[dict[str, Any]] = []
 
     def _recover(self) -> int:
         """The last whole record's seq; a torn last line (a crash while it
@@ -140,10 +147,18 @@ class ChangeFeed:
         return self.last_seq
 
     def append(self, seq: int, write: Write) -> None:
-        """Written and fsynced when it returns (blocking: a worker thread)."""
+        """Written and fsynced when it returns (blocking: a worker thread),
+        after any record a failed append left unwritten. If the disk fails,
+        it raises and keeps the records it could not write, for the next
+        append: a follower waits for them instead of finding a gap."""
         if not self.kept:
             return
-        record = encode(seq, write)
+        self.unwritten.append(encode(seq, write))
+        while self.unwritten:
+            self._write(self.unwritten[0])
+            self.unwritten.pop(0)
+
+    def _write(self, record: dict[str, Any]) -> None:
         if self._file is None or self._file.tell() >= self.max_bytes:
             if self._file is not None:
                 self._file.close()
@@ -151,10 +166,22 @@ class ChangeFeed:
             path = found[-1][1] if found else None
             if path is None or path.stat().st_size >= self.max_bytes:
                 path = self.directory / f"{record['seq']:012d}{SUFFIX}"
-            self._file = path.open("a", encoding="utf-8")
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+            # Unbuffered: a failed write leaves nothing behind to flush later.
+            self._file = path.open("ab", buffering=0)
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        start = self._file.tell()
+        try:
+            if self._file.write(line) != len(line):
+                raise OSError(errno.ENOSPC, "short write to the change feed")
+            os.fsync(self._file.fileno())
+        except OSError:
+            # Half a line may have reached the file: cut back to where this
+            # record began, and reopen next time.
+            failed, self._file = self._file, None
+            failed.close()
+            with contextlib.suppress(OSError):
+                os.truncate(failed.name, start)
+            raise
 
     def trim(self, needed_after: int) -> int:
         """Removes the files whose records are all at or below

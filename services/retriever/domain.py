@@ -377,8 +377,10 @@ class Retriever:
             return count
 
     def _record(self, seq: int, write: Write) -> None:
-        self.catalogue_log.record(write)
-        self.feed.append(seq, write)
+        try:
+            self.catalogue_log.record(write)
+        finally:  # the index applied it: followers must get it, now or after a retry
+            self.feed.append(seq, write)
 
     async def upsert(self, by_version: Mapping[str, Sequence[ItemRecord]]) -> int:
         """Items as each generation's model version has them (``spaces``)."""

@@ -91,6 +91,30 @@ async def test_the_follower_serves_the_writers_generation_and_each_write(pair, b
     assert not own.exists()  # rebuilt at each start: nothing left behind
 
 
+async def test_a_write_whose_logs_failed_reaches_the_follower_with_the_next(pair, monkeypatch):
+    _, writer, writes, _, reads = pair
+    log = writer.domain.catalogue_log
+    real, refused = log.record, []
+
+    def disk_full_once(write):
+        if not refused:
+            refused.append(write)
+            raise OSError(28, "No space left on device")
+        return real(write)
+
+    monkeypatch.setattr(log, "record", disk_full_once)
+    first = pb.Item(item_id="applied-but-not-logged", vector=unit(9), active=True)
+    with pytest.raises(grpc.aio.AioRpcError) as failed:
+        await writes.UpsertItems(pb.UpsertItemsRequest(items=[first]))
+    assert refused and failed.value.code() == grpc.StatusCode.INTERNAL
+    # The writer's index applied it; the follower gets it too, no gap left.
+    second = pb.Item(item_id="sent-after-the-disk-recovered", vector=unit(11), active=True)
+    await writes.UpsertItems(pb.UpsertItemsRequest(items=[second]))
+    await until_top(reads, unit(11), second.item_id)
+    await until_top(reads, unit(9), first.item_id)
+    assert writer.domain.feed.unwritten == []
+
+
 async def test_writes_sent_to_the_follower_are_refused_naming_the_writer(pair):
     reads = pair[4]
     item = pb.Item(item_id="sent-to-the-wrong-one", vector=unit(3), active=True)

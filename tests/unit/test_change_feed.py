@@ -2,6 +2,9 @@
 applied write numbered in order, read back whole, exactly once, by a
 follower; a torn tail cut off; a gap reported, never skipped over."""
 
+import errno
+import os
+
 import numpy as np
 import pytest
 
@@ -89,3 +92,27 @@ def test_beside_a_qdrant_server_the_writes_are_numbered_but_not_kept(tmp_path):
     written(feed, upsert("a"), Write("soft", ids=["a"]))
     assert feed.last_seq == 2 and not (tmp_path / "feed").exists()
     assert feed.trim(needed_after=2) == 0
+
+
+def test_a_record_the_disk_refused_is_written_before_the_next_and_no_half_line_stays(
+    tmp_path, monkeypatch
+):
+    feed = ChangeFeed(tmp_path / "feed")
+    written(feed, upsert("a"))
+    reader = FeedReader(tmp_path / "feed", after=0)
+    assert [seq for seq, _ in reader.read_new()] == [1]
+    real_fsync = os.fsync
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)  # the line is written, then refused
+    with pytest.raises(OSError, match="No space"):
+        written(feed, Write("soft", ids=["a"]))  # the index applied it: seq 2
+    (path,) = (tmp_path / "feed").iterdir()
+    assert path.read_bytes().endswith(b"\n") and path.read_bytes().count(b"\n") == 1
+    assert reader.read_new() == [], "followers wait for seq 2; they see no gap"
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    written(feed, upsert("b"))  # seq 3 goes after the 2 kept for it
+    assert [(seq, w.kind) for seq, w in reader.read_new()] == [(2, "soft"), (3, "upsert")]
+    assert feed.unwritten == []
