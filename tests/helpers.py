@@ -73,6 +73,20 @@ def free_ports(count: int) -> list[int]:
     return sorted(ports)
 
 
+def python_process(code: str, data_dir: Path) -> subprocess.Popen[str]:
+    """``code`` run by this interpreter in a process of its own, from the
+    repository's root with ``data_dir`` as its RECSERVE_DATA_DIR; its
+    output (stdout and stderr) read as text."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "RECSERVE_DATA_DIR": str(data_dir)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def poll_until(
     condition: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05, what: str = ""
 ) -> T:

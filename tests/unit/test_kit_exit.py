@@ -2,15 +2,10 @@
 finish: the kit cancels what is left and waits for it a bounded time
 instead of for ever."""
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import poll_until
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import poll_until, python_process
 
 SERVICE = """
 import asyncio
@@ -43,14 +38,7 @@ def catches_sigterm(pid: int) -> bool:
 
 
 def test_a_task_that_ignores_cancellation_does_not_keep_the_process_alive(tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVICE],
-        cwd=ROOT,
-        env={**os.environ, "RECSERVE_DATA_DIR": str(tmp_path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = python_process(SERVICE, tmp_path)
     try:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "started"

@@ -3,13 +3,10 @@ collector's walks (``gc.freeze``): a full collection then walks only what
 was made since, not the whole startup heap (a 150 ms stall of the event
 loop at 200/s before)."""
 
-import os
 import signal
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import python_process
 
 SERVICE = """
 import asyncio, gc
@@ -19,7 +16,10 @@ from recserve_kit.server import build_server, run
 loaded = [[n] for n in range(50_000)]  # a catalogue, loaded at start (lists: always tracked)
 
 async def report() -> None:
-    await asyncio.sleep(0.2)  # serving by now
+    for _ in range(3000):  # until the process serves (30 s at most)
+        if gc.get_freeze_count():
+            break
+        await asyncio.sleep(0.01)
     made_since = [["new"]]
     walked = {id(o) for o in gc.get_objects()}
     print("frozen", gc.get_freeze_count(), id(loaded[0]) in walked, id(made_since) in walked,
@@ -35,14 +35,7 @@ run(factory)
 
 
 def test_the_heap_loaded_before_serving_is_frozen_and_what_comes_after_is_not(tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVICE],
-        cwd=ROOT,
-        env={**os.environ, "RECSERVE_DATA_DIR": str(tmp_path)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = python_process(SERVICE, tmp_path)
     try:
         assert process.stdout is not None
         line = process.stdout.readline().split()

@@ -4,7 +4,6 @@ to the same server, the deadline, the caller's metadata, and the message
 itself handed over (no serialisation)."""
 
 import asyncio
-import time
 
 import grpc
 import pytest
@@ -15,6 +14,7 @@ from recserve.features.v1 import features_pb2_grpc
 from recserve_kit.clients import client
 from recserve_kit.local_calls import LocalCalls
 from recserve_kit.tracing import TRACEPARENT
+from tests.helpers import apoll_until
 from tests.unit.test_call_stream import SERVICE, TRACE, ask, started
 
 
@@ -92,17 +92,27 @@ def test_an_unknown_method_is_named():
         LocalCalls({}).unary("/x.Y/Z", fpb.GetUserFeaturesResponse)
 
 
+async def called_then_loop_held(features, call, past_s: float):
+    """``call`` started and waiting on its handler's own await, then the
+    loop held by other requests' work until ``past_s`` after it began."""
+    entered = len(features.time_left)
+    task = asyncio.create_task(call)
+    await apoll_until(lambda: asyncio.sleep(0, len(features.time_left) > entered), 5, 0)
+    loop = asyncio.get_running_loop()
+    busy_until = loop.time() + past_s
+    while loop.time() < busy_until:  # CPU work, not a wait: nothing else runs
+        pass
+    return task
+
+
 async def test_an_answer_ready_in_time_is_not_lost_to_a_busy_loop(hosted):
-    _, local, _ = hosted
-    call = asyncio.create_task(local.GetUserFeatures(ask("slow:20"), timeout=0.05))
-    await asyncio.sleep(0.005)  # the handler waits for its answer (20 ms)
-    time.sleep(0.1)  # the loop runs other requests' work past the deadline
-    reply = await call
+    features, local, _ = hosted
+    # Its answer is ready after 20 ms; the loop comes back after 100.
+    call = local.GetUserFeatures(ask("slow:20"), timeout=0.05)
+    reply = await (await called_then_loop_held(features, call, 0.1))
     assert reply.user.user_id == "slow:20", "over gRPC, an answer in time is kept"
     # Given back once only: a handler that is late for real still times out.
-    late = asyncio.create_task(local.GetUserFeatures(ask("slow:500"), timeout=0.05))
-    await asyncio.sleep(0.005)
-    time.sleep(0.1)
+    late = local.GetUserFeatures(ask("slow:500"), timeout=0.05)
     with pytest.raises(grpc.aio.AioRpcError) as expired:
-        await late
+        await (await called_then_loop_held(features, late, 0.1))
     assert expired.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
