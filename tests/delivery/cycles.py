@@ -21,7 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # The latency limit is wide: what these cycles judge is what users do; a
 # stall of this shared 2-core machine put a CI run's p99 at 345 ms (median
 # 3 ms) and rolled back a good model. The trigger has tests of its own.
+# Alpha 0.001, not 0.05: a test with two nights that must promote would
+# otherwise roll one back by chance in up to one run in ten (a CI run:
+# 25 of 34 lists against 35 of 35, p = 0.0276, the arms' shoppers split
+# by the version's hash); a candidate they never click on is still
+# rolled back at the first look (0 of 30 lists against 20 of 30: p 3e-10).
 GUARDED = ["--guardrail-baseline-rate", "0.5", "--guardrail-min-drop", "0.5",
+           "--guardrail-alpha", "0.001",
            "--steps", "50,100", "--soak-s", "1", "--min-requests", "5",
            "--max-p99-ms", "5000"]  # fmt: skip
 
