@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "ranker": "bench.commands.components.ranker:ranker",
     "retriever": "bench.commands.components.retriever:retriever",
     "search": "bench.commands.components.search:search",
+    "candidates": "bench.commands.components.candidates:candidates",
     "report": "bench.commands.serving.report:report",
     "rescore": "bench.commands.components.rescore:rescore",
     "cpu": "bench.commands.serving.cpu:cpu",
