@@ -91,11 +91,12 @@ def with_sources(
     blocked = np.concatenate([history_rows, sources.rows(flt.exclude_item_ids)])
     neighbour_pool, popular_pool = sources.pools(user, blocked)
     repeat_pool = sources.repeat_pool(history_rows)
-    pooled = np.unique(np.concatenate([neighbour_pool, popular_pool, repeat_pool]))
-    passing: dict[str, float] = {}
-    if len(pooled):
-        among = dataclasses.replace(flt, only_item_ids=tuple(sources.item_ids[pooled].tolist()))
-        passing = dict(store.search(query, len(pooled), among, ef, exact=True))
+    wanted = (
+        (neighbour_pool, NEIGHBOUR_CANDIDATES),
+        (popular_pool, POPULAR_CANDIDATES),
+        (repeat_pool, REPEAT_CANDIDATES),
+    )
+    passing = passing_picks(sources, store, query, flt, wanted, ef)
     ids = sources.item_ids
 
     def picks(pool: np.ndarray, n: int) -> list[str]:
@@ -106,11 +107,8 @@ def with_sources(
     for item_id, score in ann:
         bits[item_id] = SOURCE_ANN
         scores[item_id] = score
-    for pool, n, bit in (
-        (neighbour_pool, NEIGHBOUR_CANDIDATES, SOURCE_NEIGHBOURS),
-        (popular_pool, POPULAR_CANDIDATES, SOURCE_POPULAR),
-        (repeat_pool, REPEAT_CANDIDATES, SOURCE_REPEAT),
-    ):
+    bits_of = (SOURCE_NEIGHBOURS, SOURCE_POPULAR, SOURCE_REPEAT)
+    for (pool, n), bit in zip(wanted, bits_of, strict=True):
         for item_id in picks(pool, n):
             bits[item_id] = bits.get(item_id, 0) | bit
             scores.setdefault(item_id, passing[item_id])
@@ -119,3 +117,37 @@ def with_sources(
     again = None if sources.repeat_rate is None else sources.repeat_scores(history_rows, rows)
     sourced = np.fromiter(bits.values(), np.uint8, len(bits))
     return Candidates(hits, user.of(rows), sourced, again)
+
+
+def passing_picks(
+    sources: Sources,
+    store: VectorStore,
+    query: np.ndarray,
+    flt: SearchFilter,
+    wanted: tuple[tuple[np.ndarray, int], ...],
+    ef: int,
+) -> dict[str, float]:
+    """Which pooled items pass ``flt``, with their two-tower scores: enough
+    to pick the first ``n`` of each pool that pass, in pool order. First the
+    head of each pool (its first ``n``); only a pool the filter left short
+    is asked again, for the rest of it. Without a narrow filter the heads
+    all pass: one query that answers with the picks, not with every pooled
+    item (about twice as many, and reading answers back is most of it)."""
+
+    def among(rows: np.ndarray) -> dict[str, float]:
+        if not len(rows):
+            return {}
+        only = dataclasses.replace(flt, only_item_ids=tuple(sources.item_ids[rows].tolist()))
+        return dict(store.search(query, len(rows), only, ef, exact=True))
+
+    heads = np.unique(np.concatenate([pool[:n] for pool, n in wanted]))
+    passing = among(heads)
+    ids = sources.item_ids
+    short = [
+        pool[n:]
+        for pool, n in wanted
+        if len(pool) > n and sum(i in passing for i in ids[pool[:n]].tolist()) < n
+    ]
+    if short:
+        passing.update(among(np.setdiff1d(np.concatenate(short), heads)))
+    return passing

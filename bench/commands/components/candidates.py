@@ -22,6 +22,8 @@ import asyncio
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,6 +53,29 @@ def users_of(directory: Path, limit: int) -> list[tuple[bytes, list[str]]]:
     return out[:limit] if limit else out
 
 
+@contextmanager
+def retriever_of(directory: Path) -> Iterator[Any]:
+    """A retriever in this process over ``directory`` (an artifact), its
+    index built afresh in a temporary directory, removed after."""
+    from services.retriever.config import RetrieverSettings
+    from services.retriever.domain import Retriever
+    from services.retriever.server import generations_for
+
+    work = Path(tempfile.mkdtemp(prefix="bench-candidates-"))
+    try:
+        (work / "artifacts").symlink_to(directory.parent.resolve(), target_is_directory=True)
+        settings = RetrieverSettings(data_dir=work)
+        retriever = Retriever(settings, generations_for(settings))
+        if not retriever.open_current():
+            asyncio.run(retriever.refresh_from_artifacts())
+        try:
+            yield retriever
+        finally:
+            retriever.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def timed_store(store: Any, spent: dict[str, float]) -> None:
     """Counts the CPU of each of the store's searches, by kind."""
     search = store.search
@@ -75,20 +100,11 @@ def candidates(
 ) -> None:
     """CPU per candidate search, and its parts (see the module)."""
     from services.retriever.candidate_sources import search_candidates
-    from services.retriever.config import RetrieverSettings
-    from services.retriever.domain import Retriever
-    from services.retriever.server import generations_for
     from services.retriever.store import SearchFilter
 
     directory = artifacts.current(data_dir)
     requests = users_of(directory, users)
-    work = Path(tempfile.mkdtemp(prefix="bench-candidates-"))
-    try:
-        (work / "artifacts").symlink_to(directory.parent.resolve(), target_is_directory=True)
-        settings = RetrieverSettings(data_dir=work)
-        retriever = Retriever(settings, generations_for(settings))
-        if not retriever.open_current():
-            asyncio.run(retriever.refresh_from_artifacts())
+    with retriever_of(directory) as retriever:
         spent = dict.fromkeys(PARTS, 0.0)
         timed_store(retriever._store(), spent)
         per_round = []
@@ -99,9 +115,6 @@ def candidates(
                 search_candidates(retriever, vector, k, SearchFilter(), history)
             total = time.process_time() - started
             per_round.append({"total": total, **spent})
-        retriever.close()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     report(directory.name, requests, k, per_round[1:], out)
 
 
