@@ -3,9 +3,11 @@
 
 The sources' pools are picked in memory from the user's own items; which of
 them pass the request's filter (categories, attributes, soft deletes,
-exclusions) is one more query to the same store, restricted to the pools'
-ids, which also gives each its two-tower score. The picks are the first of
-each pool that pass, in pool order, as the offline evaluation picks them.
+exclusions) is one more query to the same store, restricted to each pool's
+head (its picks), which also gives each its two-tower score; the rest of a
+pool is asked for only where the filter left it short. The picks are the
+first of each pool that pass, in pool order, as the offline evaluation
+picks them.
 """
 
 from __future__ import annotations
