@@ -134,7 +134,8 @@ def passing_picks(
     head of each pool (its first ``n``); only a pool the filter left short
     is asked again, for the rest of it. Without a narrow filter the heads
     all pass: one query that answers with the picks, not with every pooled
-    item (about twice as many, and reading answers back is most of it)."""
+    item (near three times as many on ML-100K; reading answers back is
+    most of the query's cost)."""
 
     def among(rows: np.ndarray) -> dict[str, float]:
         if not len(rows):
