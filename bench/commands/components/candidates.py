@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
+from bench.commands.components.search import vector_column
 from bench.output import console, write
 from recserve_model import artifacts
 
@@ -42,14 +43,15 @@ HISTORY = 1000  # the gateway sends at most this many seen items
 def users_of(directory: Path, limit: int) -> list[tuple[bytes, list[str]]]:
     """(vector bytes, seen items) of the artifact's users that have both."""
     features = directory / "features"
-    vectors = pq.read_table(features / "user_vectors.parquet", columns=["user_id", "vector"])
+    vectors = vector_column(features / "user_vectors.parquet").astype(np.float32)
+    ids = pq.read_table(features / "user_vectors.parquet", columns=["user_id"]).column(0)
     seen = pq.read_table(features / "user_activity.parquet", columns=["user_id", "seen_item_ids"])
-    history = dict(zip(seen.column("user_id").to_pylist(), seen.column(1).to_pylist(), strict=True))
-    ids, rows = vectors.column("user_id").to_pylist(), vectors.column(1).to_pylist()
-    out = []
-    for user, vector in zip(ids, rows, strict=True):
-        if user in history:
-            out.append((np.asarray(vector, np.float32).tobytes(), history[user][:HISTORY]))
+    history = dict(zip(seen.column(0).to_pylist(), seen.column(1).to_pylist(), strict=True))
+    out = [
+        (vector.tobytes(), history[user][:HISTORY])
+        for user, vector in zip(ids.to_pylist(), vectors, strict=True)
+        if user in history
+    ]
     return out[:limit] if limit else out
 
 
