@@ -9,7 +9,7 @@ crash ``int()`` or alias a real id.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from recserve_kit.errors import InvalidArgument
 
@@ -28,9 +28,22 @@ def check_id(value: str, field: str) -> str:
     return value
 
 
-def check_ids(values: Iterable[str], field: str) -> None:
+# Many ids at once, each followed by a newline (which no id may hold): one
+# match for all of them instead of one call for each.
+ID_LIST_PATTERN = re.compile(r"(?:[A-Za-z0-9._:@/-]{1,128}\n)*")
+
+
+def check_ids(values: Sequence[str], field: str, indexed: bool = True) -> None:
+    """Every one of ``values`` a valid id; the error names the first that
+    is not (``field[n]``, or ``field`` alone where not ``indexed``)."""
+    if not values:
+        return
+    joined = "\n".join(values) + "\n"
+    # (The count: a value holding a newline would pass as two ids.)
+    if joined.count("\n") == len(values) and ID_LIST_PATTERN.fullmatch(joined):
+        return
     for n, value in enumerate(values):
-        check_id(value, f"{field}[{n}]")
+        check_id(value, f"{field}[{n}]" if indexed else field)
 
 
 def is_decimal(value: str) -> bool:

@@ -16,7 +16,7 @@ from feast import FeatureStore
 from prometheus_client import Counter
 
 from recserve_kit.errors import InvalidArgument
-from recserve_kit.validation import check_id
+from recserve_kit.validation import check_ids
 from recserve_model.attribute_features import texts_from_json
 from services.features.catalogue import Catalogue
 from services.features.config import FeaturesSettings
@@ -70,8 +70,7 @@ class ItemReader:
             raise InvalidArgument(
                 "item_ids", f"at most {self.settings.max_item_ids} per call, got {len(item_ids)}"
             )
-        for n, item_id in enumerate(item_ids):
-            check_id(item_id, f"item_ids[{n}]")
+        check_ids(item_ids, "item_ids")
         found: dict[str, ItemRecord] = {}
         with self._cache_lock:
             for item_id in item_ids:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from recserve_kit.errors import InvalidArgument
-from recserve_kit.validation import check_id
+from recserve_kit.validation import check_ids
 from recserve_model.sources import (
     NEIGHBOUR_CANDIDATES,
     POPULAR_CANDIDATES,
@@ -62,8 +62,7 @@ def search_candidates(
             "history_item_ids",
             f"at most {MAX_FILTER_VALUES} ids together with filter.exclude_item_ids",
         )
-    for item_id in history:
-        check_id(item_id, "history_item_ids")
+    check_ids(history, "history_item_ids", indexed=False)
     blocked = dataclasses.replace(flt, exclude_item_ids=(*flt.exclude_item_ids, *history))
     hits, generation = retriever.search(vector, k, blocked, ef, field, model_version)
     if not retriever.settings.candidate_sources:
@@ -104,18 +103,15 @@ def with_sources(
     def picks(pool: np.ndarray, n: int) -> list[str]:
         return [i for i in ids[pool].tolist() if i in passing][:n]
 
-    bits: dict[str, int] = {}
-    scores: dict[str, float] = {}
-    for item_id, score in ann:
-        bits[item_id] = SOURCE_ANN
-        scores[item_id] = score
+    scores = dict(ann)
+    bits = dict.fromkeys(scores, SOURCE_ANN)
     bits_of = (SOURCE_NEIGHBOURS, SOURCE_POPULAR, SOURCE_REPEAT)
     for (pool, n), bit in zip(wanted, bits_of, strict=True):
         for item_id in picks(pool, n):
             bits[item_id] = bits.get(item_id, 0) | bit
             scores.setdefault(item_id, passing[item_id])
     hits = list(scores.items())
-    rows = np.fromiter((sources.row_of.get(i, 0) for i, _ in hits), np.int64, len(hits))
+    rows = sources.row_or_zero([item_id for item_id, _ in hits])
     again = None if sources.repeat_rate is None else sources.repeat_scores(history_rows, rows)
     sourced = np.fromiter(bits.values(), np.uint8, len(bits))
     return Candidates(hits, user.of(rows), sourced, again)

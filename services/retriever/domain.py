@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from recserve_kit.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from recserve_kit.validation import check_id
+from recserve_kit.validation import check_id, check_ids
 from recserve_model import artifacts
 from recserve_model.catalogue import CatalogueSchema
 from recserve_model.sources import Sources
@@ -319,8 +319,7 @@ class Retriever:
         """The stored payloads of the items the index holds, in request order."""
         if len(item_ids) > self.settings.max_upsert_batch:
             raise InvalidArgument("item_ids", f"at most {self.settings.max_upsert_batch} per call")
-        for n, item_id in enumerate(item_ids):
-            check_id(item_id, f"item_ids[{n}]")
+        check_ids(item_ids, "item_ids")
         wanted = list(dict.fromkeys(item_ids))
         found = self._store().payloads(wanted)
         return [found[i] for i in wanted if i in found]
@@ -392,6 +391,5 @@ class Retriever:
             raise InvalidArgument("item_ids", "is empty")
         if len(item_ids) > self.settings.max_upsert_batch:
             raise InvalidArgument("item_ids", f"at most {self.settings.max_upsert_batch} per call")
-        for n, item_id in enumerate(item_ids):
-            check_id(item_id, f"item_ids[{n}]")
+        check_ids(item_ids, "item_ids")
         return await self._write(Write("hard" if hard else "soft", ids=list(item_ids)))

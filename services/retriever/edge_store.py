@@ -112,11 +112,13 @@ class EdgeStore:
         )
         # Our points have integer ids (point_id), whatever else the API allows.
         ids = [int(hit.id) for hit in hits]  # type: ignore[arg-type]
-        hashed = [i for i in ids if i >= HASHED]
-        names = self._item_ids(hashed) if hashed else {}
+        scores = [hit.score for hit in hits]
+        if not ids or max(ids) < HASHED:  # decimal ids only: no lookup, no test per hit
+            return list(zip(map(str, ids), scores, strict=True))
+        names = self._item_ids([i for i in ids if i >= HASHED])
         return [
-            (names[i] if i >= HASHED else str(i), hit.score)
-            for i, hit in zip(ids, hits, strict=True)
+            (names[i] if i >= HASHED else str(i), score)
+            for i, score in zip(ids, scores, strict=True)
             if i < HASHED or i in names
         ]
 

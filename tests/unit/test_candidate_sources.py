@@ -21,6 +21,7 @@ from recserve_model.sources import (
     SOURCE_NEIGHBOURS,
     SOURCE_POPULAR,
     Sources,
+    is_in,
     seed_horizon,
     source_features,
     union,
@@ -209,3 +210,11 @@ def test_recency_is_kept_where_it_wins_beyond_noise_and_only_there():
     at = {float(k.rsplit(":", 1)[1]): v for k, v in choice.validation_ndcg.items() if "tau:" in k}
     assert max(at, key=lambda tau: (at[tau], -tau)) != 0.0
     assert choice.recency_tau == 0.0
+
+
+def test_is_in_answers_as_numpys_isin():
+    rng = np.random.default_rng(3)
+    for rows_n, blocked_n in ((0, 5), (5, 0), (1, 1), (300, 100), (900, 1000)):
+        rows = rng.integers(0, 2_000, rows_n)
+        blocked = rng.integers(0, 2_500, blocked_n)
+        assert np.array_equal(is_in(rows, blocked), np.isin(rows, blocked))
