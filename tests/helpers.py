@@ -119,6 +119,18 @@ def asked_until(
         raise AssertionError(f"{timed_out} (the last answer: {last})") from None
 
 
+def cold_start_answer(
+    stub: Any, request: recommend_pb2.RecommendRequest
+) -> recommend_pb2.RecommendResponse:
+    """A Recommend for a user with no features (cold start), asked again
+    while a stage late on a busy host degraded it for its own reason."""
+    return asked_until(
+        lambda: stub.Recommend(request, timeout=2),
+        lambda reply: reply.degraded_reason == recommend_pb2.DEGRADED_REASON_COLD_START,
+        "a cold-start answer",
+    )
+
+
 async def apoll_until(
     condition: Callable[[], Awaitable[T]], timeout_s: float = 30.0, interval_s: float = 0.05
 ) -> T:

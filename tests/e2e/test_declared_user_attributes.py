@@ -12,8 +12,10 @@ from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve_model import artifacts
 from recserve_model import segments as segment
 from tests.e2e.test_recommend import post_json
+from tests.helpers import asked_until, cold_start_answer
 
 SOURCE = "FALLBACK_SOURCE_ATTRIBUTES"
+COLD_START = "DEGRADED_REASON_COLD_START"
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,7 @@ def cold_start(stack):
 def new_user(stub, values, user_id="new-user-declared"):
     attributes = pb.UserAttributes(values=values)
     request = pb.RecommendRequest(user_id=user_id, k=10, attributes=attributes)
-    return stub.Recommend(request, timeout=2)
+    return cold_start_answer(stub, request)
 
 
 def ids(reply):
@@ -38,15 +40,15 @@ def test_declared_attributes_pick_the_segment_list(stub, cold_start):
     assert pb.FallbackSource.Name(full.fallback_source) == SOURCE
     assert ids(full) == lists[segment.key("F", 22, "student")][:10]
     typed = pb.UserAttributes(age=22, gender="F", occupation="student")
-    same = stub.Recommend(
-        pb.RecommendRequest(user_id="new-user-declared", k=10, attributes=typed), timeout=2
+    same = cold_start_answer(
+        stub, pb.RecommendRequest(user_id="new-user-declared", k=10, attributes=typed)
     )
     assert ids(same) == ids(full)  # the typed fields are the same three attributes
     # Any subset: the occupation alone has its own list, not the popular one.
     alone = new_user(stub, {"occupation": "retired"})
     assert pb.FallbackSource.Name(alone.fallback_source) == SOURCE
     assert ids(alone) == lists["||retired"][:10]
-    plain = stub.Recommend(pb.RecommendRequest(user_id="new-user-declared", k=10), timeout=2)
+    plain = cold_start_answer(stub, pb.RecommendRequest(user_id="new-user-declared", k=10))
     assert ids(alone) != ids(plain)
     # A value no training user had is not given: the rest decide.
     assert ids(new_user(stub, {"gender": "M", "occupation": "astronaut"})) == lists["M||other"][:10]
@@ -58,7 +60,11 @@ def test_declared_attributes_through_json(stack, stub, cold_start):
         "k": 10,
         "attributes": {"values": {"gender": "M", "age": "60"}},
     }
-    status, reply = post_json(stack, "/v1/recommend", body)
+    status, reply = asked_until(
+        lambda: post_json(stack, "/v1/recommend", body),
+        lambda answer: answer[0] != 200 or answer[1].get("degraded_reason") == COLD_START,
+        "a cold-start answer",
+    )
     assert status == 200, reply
     assert reply["fallback_source"] == SOURCE
     assert [i["item_id"] for i in reply["items"]] == cold_start["lists"]["M|6|"][:10]

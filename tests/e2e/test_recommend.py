@@ -19,7 +19,7 @@ from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
-from tests.helpers import asked_until, full_answer, poll_until
+from tests.helpers import cold_start_answer, full_answer, poll_until
 
 REASON = pb.DegradedReason.Name
 
@@ -65,11 +65,7 @@ def test_similar_items_and_cold_start(stub):
 
     personal = poll_until(full, 30, 0.2, "a full SimilarItems answer")
     assert len(personal.items) == 10
-    cold = asked_until(
-        lambda: stub.Recommend(pb.RecommendRequest(user_id="new-user-x", k=5), timeout=2),
-        lambda reply: REASON(reply.degraded_reason) == "DEGRADED_REASON_COLD_START",
-        "a cold-start answer",
-    )
+    cold = cold_start_answer(stub, pb.RecommendRequest(user_id="new-user-x", k=5))
     assert cold.degraded
     assert len(cold.items) == 5
 
@@ -511,23 +507,15 @@ def test_a_new_user_with_attributes_gets_the_list_for_users_like_them(stack, stu
     lists = json.loads((artifacts.current(stack.data_dir) / segment.FILE).read_text())["lists"]
     student = pb.UserAttributes(age=22, gender="F", occupation="student")
     request = pb.RecommendRequest(user_id="new-user-y", k=10, attributes=student)
-    reply = asked_until(
-        lambda: stub.Recommend(request, timeout=2),
-        lambda reply: REASON(reply.degraded_reason) == "DEGRADED_REASON_COLD_START",
-        "a cold-start answer",
-    )
+    reply = cold_start_answer(stub, request)
     assert pb.FallbackSource.Name(reply.fallback_source) == "FALLBACK_SOURCE_ATTRIBUTES"
     assert [i.item_id for i in reply.items] == lists[segment.key("F", 22, "student")][:10]
     assert all(i.title for i in reply.items)
-    plain = asked_until(
-        lambda: stub.Recommend(pb.RecommendRequest(user_id="new-user-y", k=10), timeout=2),
-        lambda reply: REASON(reply.degraded_reason) == "DEGRADED_REASON_COLD_START",
-        "a cold-start answer",
-    )
+    plain = cold_start_answer(stub, pb.RecommendRequest(user_id="new-user-y", k=10))
     assert pb.FallbackSource.Name(plain.fallback_source) == "FALLBACK_SOURCE_POPULAR"
     retired = pb.UserAttributes(age=70, gender="M", occupation="retired")
-    other = stub.Recommend(
-        pb.RecommendRequest(user_id="new-user-z", k=10, attributes=retired), timeout=2
+    other = cold_start_answer(
+        stub, pb.RecommendRequest(user_id="new-user-z", k=10, attributes=retired)
     )
     assert [i.item_id for i in other.items] == lists[segment.key("M", 70, "retired")][:10]
     assert [i.item_id for i in other.items] != [i.item_id for i in reply.items]
@@ -537,8 +525,8 @@ def test_a_new_user_with_attributes_gets_the_list_for_users_like_them(stack, stu
     )
     assert all("Comedy" in i.categories for i in stub.Recommend(comedy, timeout=2).items)
     astronaut = pb.UserAttributes(age=22, gender="F", occupation="astronaut")
-    unusual = stub.Recommend(
-        pb.RecommendRequest(user_id="new-user-y", k=10, attributes=astronaut), timeout=2
+    unusual = cold_start_answer(
+        stub, pb.RecommendRequest(user_id="new-user-y", k=10, attributes=astronaut)
     )
     assert [i.item_id for i in unusual.items] == lists[segment.key("F", 22, "other")][:10]
     # Attributes of a known user change nothing: their own history decides.

@@ -27,7 +27,14 @@ from recserve_data import load
 from recserve_model import artifacts
 from recserve_model import segments as segment
 from recserve_model.encoding import EncodingSpec
-from tests.helpers import a_shopper, brand_and_price, built_shop, full_answer, poll_until
+from tests.helpers import (
+    a_shopper,
+    brand_and_price,
+    built_shop,
+    cold_start_answer,
+    full_answer,
+    poll_until,
+)
 from tests.stack import running_stack
 
 pytestmark = pytest.mark.local_stack_only
@@ -94,9 +101,8 @@ def test_a_new_shoppers_region_picks_their_list(shop):
     assert [a["name"] for a in document["attributes"]] == ["region"]
     for region in ("north", "south"):
         attributes = pb.UserAttributes(values={"region": region})
-        reply = stub.Recommend(
-            pb.RecommendRequest(user_id=f"new-shopper-{region}", k=10, attributes=attributes),
-            timeout=2,
+        reply = cold_start_answer(
+            stub, pb.RecommendRequest(user_id=f"new-shopper-{region}", k=10, attributes=attributes)
         )
         assert pb.FallbackSource.Name(reply.fallback_source) == "FALLBACK_SOURCE_ATTRIBUTES"
         assert [i.item_id for i in reply.items] == document["lists"][region][:10]
