@@ -9,7 +9,7 @@ import pytest
 
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve_kit.jsonl_log import read_records
-from tests.helpers import asked_until, full_answer, poll_until
+from tests.helpers import cold_start_answer, full_answer, poll_until
 
 # The log is under the local stack's data directory (Compose keeps it in its volume).
 pytestmark = pytest.mark.local_stack_only
@@ -48,11 +48,7 @@ def test_similar_items_and_degraded_answers_are_recorded_too(stack, stub):
     shown = impression(stack, similar.recommendation_id)
     assert shown["kind"] == "similar" and shown["item_id"] == "1"
     assert shown["items"] == [i.item_id for i in similar.items]
-    cold = asked_until(
-        lambda: stub.Recommend(pb.RecommendRequest(user_id="impression-new-user", k=5), timeout=2),
-        lambda reply: pb.DegradedReason.Name(reply.degraded_reason) == "DEGRADED_REASON_COLD_START",
-        "a cold-start answer",
-    )
+    cold = cold_start_answer(stub, pb.RecommendRequest(user_id="impression-new-user", k=5))
     shown = impression(stack, cold.recommendation_id)
     assert shown["degraded"] is True and shown["degraded_reason"] == "COLD_START"
     assert shown["fallback_source"] == "POPULAR" and len(shown["items"]) == 5
