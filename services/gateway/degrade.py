@@ -33,7 +33,9 @@ FALLBACKS = Counter("recserve_gateway_fallback_total", "Degraded answers by reas
 # attributes (segment lists); POPULAR: per category, always answers.
 POLICY: dict[str, tuple[str, ...]] = {
     "shed": ("POPULAR",),  # overload: the cheapest answer, at once
-    "features": ("POPULAR",),
+    # Without features the user is unknown, but attributes the request sent
+    # still say who they are like: nearer than everyone's popular items.
+    "features": ("ATTRIBUTES", "POPULAR"),
     "new_user": ("ATTRIBUTES", "POPULAR"),
     "embed": ("PRECOMPUTED", "POPULAR"),
     "retrieve": ("PRECOMPUTED", "POPULAR"),

@@ -283,13 +283,16 @@ FRESH_USERS = {
 }
 
 
-def degraded_by(stub, user_id: str, reasons: set[str], tries: int = 5) -> pb.RecommendResponse:
+def degraded_by(
+    stub, user_id: str, reasons: set[str], tries: int = 5, **fields
+) -> pb.RecommendResponse:
     """A Recommend reply, asked again while another stage than the one down
     missed its deadline: on a busy host that happens too (once in Compose,
     FEATURES_TIMEOUT with Triton frozen), and such a reply says nothing
     about the dependency down. Any other reply is returned, to be checked."""
+    request = pb.RecommendRequest(user_id=user_id, k=10, debug=True, **fields)
     for _ in range(tries):
-        reply = stub.Recommend(pb.RecommendRequest(user_id=user_id, k=10, debug=True), timeout=2)
+        reply = stub.Recommend(request, timeout=2)
         reason = REASON(reply.degraded_reason).removeprefix("DEGRADED_REASON_")
         if reason in reasons or not reason.endswith("_TIMEOUT"):
             return reply
@@ -335,6 +338,28 @@ def test_each_dependency_down_degrades_then_recovers(
             assert sum(t.duration_ms for t in reply.stage_timings) < 100 + 25
     reply = full_answer(stub, "1")
     assert not reply.degraded and reply.model_version
+
+
+@pytest.mark.backends_apart
+def test_without_features_the_attributes_sent_pick_the_list_for_users_like_them(stack, stub):
+    """A known user's features unavailable: the attributes their request
+    carries still pick their segment's list (the cold-start lists), not the
+    popular one; a request without attributes gets the popular list."""
+    from recserve_model import artifacts
+    from recserve_model import segments as segment
+
+    lists = json.loads((artifacts.current(stack.data_dir) / segment.FILE).read_text())["lists"]
+    student = pb.UserAttributes(age=22, gender="F", occupation="student")
+    reasons = {"FEATURES_TIMEOUT", "FEATURES_UNAVAILABLE"}
+    full_answer(stub, "1")
+    with frozen(stack, "services.features"):
+        reply = degraded_by(stub, "1", reasons, attributes=student)
+        assert REASON(reply.degraded_reason).removeprefix("DEGRADED_REASON_") in reasons
+        assert pb.FallbackSource.Name(reply.fallback_source) == "FALLBACK_SOURCE_ATTRIBUTES"
+        assert [i.item_id for i in reply.items] == lists[segment.key("F", 22, "student")][:10]
+        plain = degraded_by(stub, "1", reasons)
+        assert pb.FallbackSource.Name(plain.fallback_source) == "FALLBACK_SOURCE_POPULAR"
+    assert not full_answer(stub, "1").degraded
 
 
 def test_a_request_that_queued_too_long_is_shed_and_clients_cannot_forge_it(stack, stub):
