@@ -132,9 +132,7 @@ def test_a_frozen_gateway_costs_the_caller_nothing(stack):
     through the stack, beside the other test workers' builds and stacks,
     the healthy gateway too answered past it (at 0.45 s in CI, 2026-12-07,
     five attempts ran out in one call), which is the host, not the client."""
-    options = ClientOptions(
-        timeout_s=3.0, retry=RetryPolicy(max_attempts=5, attempt_timeout_s=0.9)
-    )
+    options = ClientOptions(timeout_s=3.0, retry=RetryPolicy(max_attempts=5, attempt_timeout_s=0.9))
     with RecserveClient(stack.envoy_address, options) as client:
         full_answer(client)
         gateways = stack.gateway_pids()
