@@ -8,11 +8,14 @@ import asyncio
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -325,3 +328,22 @@ def built_shop(root: Path, seed: int) -> tuple[Path, Path]:
     dataset = write_shop(root / "dataset", size, seed=seed)
     build(root / "data", dataset_dir=dataset)
     return dataset, root / "data"
+
+
+def envoy_counters(stack, *names: str) -> dict[str, int]:
+    """Envoy's counters by name (admin /stats, live values)."""
+    url = f"http://127.0.0.1:{stack.port('envoy_admin')}/stats"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    values = dict(line.split(": ", 1) for line in lines if ": " in line)
+    return {name: int(values.get(name, "0")) for name in names}
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """SIGSTOP a process (a hung component), SIGCONT it afterwards."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -1,13 +1,9 @@
 """A stack of the clients' own (the e2e package's is stopped by now), and
-what the client tests ask of it: a client to its Envoy, Envoy's counters."""
+what the client tests ask of it: a client to its Envoy."""
 
 from __future__ import annotations
 
-import os
-import signal
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -49,22 +45,3 @@ def full_answer(client, user_id: str = "42", **fields):
         return None if answer.degraded else answer
 
     return poll_until(attempt, 60, 0.2, "a full (not degraded) answer")
-
-
-def envoy_counters(stack: RunningStack, *names: str) -> dict[str, int]:
-    """Envoy's counters by name (admin /stats, live values)."""
-    url = f"http://127.0.0.1:{stack.port('envoy_admin')}/stats"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        lines = response.read().decode().splitlines()
-    values = dict(line.split(": ", 1) for line in lines if ": " in line)
-    return {name: int(values.get(name, "0")) for name in names}
-
-
-@contextmanager
-def frozen(pid: int) -> Iterator[None]:
-    """SIGSTOP a process (a hung component), SIGCONT it afterwards."""
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)

@@ -22,8 +22,8 @@ from recserve_client import (
     UserAttributes,
 )
 
-from tests.clients.conftest import envoy_counters, frozen, full_answer
-from tests.helpers import asked_until, poll_until
+from tests.clients.conftest import full_answer
+from tests.helpers import asked_until, envoy_counters, frozen, poll_until
 
 ATTEMPTS = ("http.ingress.downstream_rq_total", "cluster.gateway.upstream_rq_total")
 RETRIES = "cluster.gateway.upstream_rq_retry"
@@ -125,9 +125,9 @@ def test_a_frozen_backend_degrades_the_answer_never_fails_it(stack, client, mark
 def test_a_frozen_gateway_costs_the_caller_nothing(stack):
     """One of two gateways hung: a call that meets it is answered by the
     other one, until Envoy's health checks eject the hung one. Envoy's
-    per-try timeout (0.5 s) sends the call on to the other gateway; the
-    client's attempt timeout, set above it here (0.9 s, under the route's
-    1 s), abandons what Envoy could not place. The client's attempt timeout
+    per-try timeout (0.2 s) hedges the call to the other gateway; the
+    client's attempt timeout, set here at 0.9 s (under the route's 1 s),
+    abandons what Envoy could not place. The client's attempt timeout
     alone, under Envoy's, is tested in-process (test_python_client_unit):
     through the stack, beside the other test workers' builds and stacks,
     the healthy gateway too answered past it (at 0.45 s in CI, 2026-12-07,

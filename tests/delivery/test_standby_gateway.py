@@ -1,7 +1,9 @@
 """Two cores' default: one gateway serves and a standby waits. Envoy sends
 the standby nothing while the gateway is healthy (priority 1), and a SIGKILL
 of the serving gateway under load costs clients no error: calls it held and
-new ones are retried on the standby until the runner has it back.
+new ones are retried on the standby until the runner has it back; a SIGSTOP
+(a hung gateway) costs a client with the default settings no error either:
+Envoy hedges each call it holds to the standby.
 
 Its own stack: one gateway and a standby, as `make run` starts on two cores
 (the e2e stack runs two active gateways)."""
@@ -11,17 +13,25 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import grpc
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from recserve_client import ClientOptions, RecserveClient, RetryPolicy
 
 from bench.load import run_load
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_stack.settings import STANDBY_MARK
-from tests.helpers import data_dir_with_artifacts, full_answer, poll_until
+from tests.helpers import (
+    data_dir_with_artifacts,
+    envoy_counters,
+    frozen,
+    full_answer,
+    poll_until,
+)
 from tests.stack import running_stack
 
 STANDBY_REPLICA = 1  # metrics: no extra gateway, no canary; the standby is replica 1
@@ -95,4 +105,37 @@ def test_the_standby_takes_nothing_while_the_gateway_serves_and_everything_when_
     poll_until(
         lambda: none_for_the_standby(stack, stub), 30, 0.5, "traffic back on the restarted gateway"
     )
+    channel.close()
+
+
+def test_a_hung_gateway_is_hedged_to_the_standby_before_the_client_gives_up(stack):
+    """SIGSTOP of the serving gateway (a pause, a hung process). A call
+    that meets it is sent on to the standby after Envoy's per-try timeout
+    (0.2 s), the first attempt left open (a hedge), so it answers before the
+    client's own attempt timeout (0.3 s, the default) abandons an attempt
+    that would only meet the same hung gateway again. Before the hedge, at
+    0.5 s per try, such calls failed until the health checks ejected the
+    gateway: 16 of 875 calls from four threads, the gateway frozen for
+    4 s (CANCELLED)."""
+    # The default attempt timeout; more attempts than the default three,
+    # because beside the other test workers the standby too can answer late.
+    options = ClientOptions(timeout_s=3.0, retry=RetryPolicy(max_attempts=5))
+    hedges = ("cluster.gateway.upstream_rq_retry_success",)
+    channel = grpc.insecure_channel(stack.envoy_address)
+    stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+    full_answer(stub)
+    with RecserveClient(stack.envoy_address, options) as client:
+        poll_until(lambda: none_for_the_standby(stack, stub), 30, 0.5, "the gateway to take all")
+        before, idle = envoy_counters(stack, *hedges), recommends(stack, STANDBY_REPLICA)
+        calls = 0
+        with frozen(serving_gateway(stack)):
+            deadline = time.monotonic() + 3.0  # until Envoy's health checks eject it
+            while time.monotonic() < deadline:
+                answer = client.recommend(str(1 + calls % 100), k=10)
+                assert len(answer.items) == 10
+                calls += 1
+        assert recommends(stack, STANDBY_REPLICA) > idle  # the standby answered
+        after = envoy_counters(stack, *hedges)
+        assert after[hedges[0]] > before[hedges[0]]  # ... what Envoy sent it
+        poll_until(lambda: none_for_the_standby(stack, stub), 30, 0.5, "the gateway back")
     channel.close()
