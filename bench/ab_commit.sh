@@ -5,6 +5,7 @@
 #   bench/ab_commit.sh 6935dd2 2 cpu                                  # bench cpu at 50/s
 #   bench/ab_commit.sh 6935dd2 2 chaos                                # SIGKILL of the one process at 50/s
 #   bench/ab_commit.sh 6935dd2 2 chaos:one-process-2                  # ... of the second, where it runs
+#   bench/ab_commit.sh 6935dd2 2 freeze:one-process                   # SIGSTOP of it for 4 s instead
 #   bench/ab_commit.sh 6935dd2 2 "burst load:200 load:400"            # bursts of 32; bench load 60 s
 # The earlier commit is checked out in a worktree under build/ (its own code,
 # this tree's environments and generated stubs). Writes
@@ -39,10 +40,12 @@ for round in $(seq "$rounds"); do
         chaos|chaos:*) kill=${what#chaos}; kill=${kill#:}
                RECSERVE_STACK_DATA_DIR=$data $python -m bench chaos --kill "${kill:-one-process}" \
                  --rate 50 --duration 20 --out "$out" > /dev/null ;;
+        freeze:*) RECSERVE_STACK_DATA_DIR=$data $python -m bench chaos --kill "${what#freeze:}" \
+                    --freeze 4 --rate 50 --duration 20 --out "$out" > /dev/null ;;
         burst) $python -m bench load --rate 20 --duration 5 > /dev/null
                $python -m bench burst --sizes 32 --repeats 5 --out "$out" > /dev/null ;;
         load:*) $python -m bench load --rate "${what#load:}" --duration 60 --out "$out" > /dev/null ;;
-        *) echo "unknown measurement: $what (cpu, events:RATE, chaos[:NAME], burst, load:RATE)" >&2 ;;
+        *) echo "unknown measurement: $what (cpu, events:RATE, chaos[:NAME], freeze:NAME, burst, load:RATE)" >&2 ;;
       esac
       echo "round $round $side $what: $out"
     done

@@ -3,7 +3,10 @@ load runs through Envoy, one process at a time, and count what clients saw:
 errors, degraded answers, and when the last answer that was not full came
 (the runner restarts what died; an unrelated late timeout also counts, so
 read it with the degraded count). Envoy's own death is measured as the time
-until the runner has it ready again: clients of a dead ingress get errors."""
+until the runner has it ready again: clients of a dead ingress get errors.
+With a freeze, each process is stopped (SIGSTOP: a pause, a hang) for that
+long instead, then let go (SIGCONT), Envoy included: a hung process is not
+restarted, so what the others do meanwhile is the finding."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import asyncio
 import os
 import signal
 import time
+from functools import partial
 
 import psutil
 
@@ -71,25 +75,33 @@ def _pid(name: str) -> int:
     return found[0].pid  # with two gateways: one of them
 
 
-async def _load_with_kill(
-    target: str, name: str, rate: float, duration_s: float, kill_at_s: float
+def _freeze(pid: int, freeze_s: float) -> None:
+    """SIGSTOP now, SIGCONT ``freeze_s`` later (on the load's event loop)."""
+    os.kill(pid, signal.SIGSTOP)
+    asyncio.get_running_loop().call_later(freeze_s, os.kill, pid, signal.SIGCONT)
+
+
+async def _load_with_fault(
+    target: str, name: str, rate: float, duration_s: float, at_s: float, freeze_s: float
 ) -> dict[str, object]:
+    """Load with ``name`` killed (``freeze_s`` 0) or frozen ``at_s`` into it."""
     pid = _pid(name)
-    result = await run_load(
-        target,
-        rate,
-        duration_s,
-        timeline=True,
-        event=(kill_at_s, lambda: os.kill(pid, signal.SIGKILL)),
-    )
-    bad = [t for t, outcome in result.timeline if t >= kill_at_s and outcome != "full"]
+    kill = partial(os.kill, pid, signal.SIGKILL)
+    fault = partial(_freeze, pid, freeze_s) if freeze_s else kill
+    try:
+        result = await run_load(target, rate, duration_s, timeline=True, event=(at_s, fault))
+    finally:
+        if freeze_s:  # let go however the load ended
+            os.kill(pid, signal.SIGCONT)
+    bad = [t for t, outcome in result.timeline if t >= at_s and outcome != "full"]
     return {
         "killed": name,
+        "frozen_s": freeze_s,
         "pid": pid,
         "sent": result.sent,
         "errors": dict(result.errors),
         "degraded": dict(result.degraded),
-        "last_not_full_after_s": round(max(bad) - kill_at_s, 2) if bad else 0.0,
+        "last_not_full_after_s": round(max(bad) - at_s, 2) if bad else 0.0,
         "p99_ms": result.summary()["p99_ms"],
     }
 
@@ -102,14 +114,20 @@ def _envoy_back(admin: str, pid: int) -> dict[str, object]:
 
 
 def run(
-    target: str, admin: str, names: tuple[str, ...], rate: float, duration_s: float
+    target: str,
+    admin: str,
+    names: tuple[str, ...],
+    rate: float,
+    duration_s: float,
+    freeze_s: float = 0.0,
 ) -> list[dict[str, object]]:
     rows = []
     for n, name in enumerate(names):
         if n:
             wait_for_full_answer(target)  # the last one killed is back and serving
-        if name == "envoy":
+        if name == "envoy" and not freeze_s:
             rows.append(_envoy_back(admin, _pid("envoy")))
         else:
-            rows.append(asyncio.run(_load_with_kill(target, name, rate, duration_s, 2.0)))
+            load = _load_with_fault(target, name, rate, duration_s, 2.0, freeze_s)
+            rows.append(asyncio.run(load))
     return rows
