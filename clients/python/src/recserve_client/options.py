@@ -45,8 +45,9 @@ class RetryPolicy:
     """Retries of the read calls.
 
     ``attempt_timeout_s``: an attempt that has not answered by then is
-    abandoned and sent again (the next attempt goes to another gateway
-    through Envoy's round robin). gRPC's C core, under Python, does not
+    abandoned and sent again. Envoy has usually moved the call already: it
+    hedges one its gateway has not answered in 0.2 s to another gateway
+    (or the standby); this is for what it could not place. gRPC's C core, under Python, does not
     implement ``hedgingPolicy`` (it accepts and ignores it); a per-attempt
     timeout (``perAttemptRecvTimeout``, behind the
     ``grpc.experimental.enable_hedging`` channel argument) is the form of
