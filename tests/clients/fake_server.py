@@ -136,12 +136,13 @@ class EventsServicer(events_pb2_grpc.EventServiceServicer):
 
 
 @contextmanager
-def fake_server() -> Iterator[tuple[str, Script]]:
+def fake_server(port: int = 0) -> Iterator[tuple[str, Script]]:
+    """On ``port`` (0: a free one), until the block ends."""
     script = Script()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     recommend_pb2_grpc.add_RecommendServiceServicer_to_server(Servicer(script), server)
     events_pb2_grpc.add_EventServiceServicer_to_server(EventsServicer(script.events), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     try:
         yield f"127.0.0.1:{port}", script

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 
 import pandas as pd
@@ -25,6 +26,7 @@ from recserve_client import (
 from tests.clients.conftest import full_answer
 from tests.helpers import asked_until, envoy_counters, frozen, poll_until
 
+ENVOY = "bin/envoy"  # its command line
 ATTEMPTS = ("http.ingress.downstream_rq_total", "cluster.gateway.upstream_rq_total")
 RETRIES = "cluster.gateway.upstream_rq_retry"
 
@@ -151,6 +153,45 @@ def test_a_frozen_gateway_costs_the_caller_nothing(stack):
         tried = after[ATTEMPTS[1]] - before[ATTEMPTS[1]]
         assert tried > calls, (tried, calls)  # tries were left and sent again
         poll_until(lambda: not client.recommend("42", k=5).degraded, 30, 0.2, "full answers")
+
+
+def test_a_restarted_envoy_costs_the_caller_nothing(stack):
+    """SIGKILL of Envoy, the one ingress, under a default client's calls:
+    the runner has it back in about 0.2 s, and each read waits for the
+    connection within its deadline (reconnecting 0.1 s after, then
+    more), where it used to fail at once for gRPC's first second of
+    reconnect backoff (a probe of four threads: every call for 1.2 s)."""
+    errors: list[BaseException] = []
+    answered = [0]
+    stop = threading.Event()
+    with RecserveClient(stack.envoy_address) as client:
+        full_answer(client)
+
+        def calls() -> None:
+            while not stop.is_set():
+                try:
+                    assert len(client.recommend(str(1 + answered[0] % 100), k=10).items) == 10
+                    answered[0] += 1
+                except Exception as error:  # every failure is the finding
+                    errors.append(error)
+
+        worker = threading.Thread(target=calls)
+        worker.start()
+        try:
+            poll_until(lambda: answered[0] >= 5 or None, 30, 0.05, "calls before the kill")
+            envoy = stack.kill(ENVOY)
+
+            def restarted() -> bool:
+                pids = stack.component_pids(ENVOY)
+                return bool(pids) and envoy not in pids
+
+            poll_until(restarted, 60, 0.05, "the runner to restart Envoy")
+            after = answered[0]
+            poll_until(lambda: answered[0] >= after + 20 or None, 30, 0.05, "calls after it")
+        finally:
+            stop.set()
+            worker.join()
+    assert errors == [], errors[:3]
 
 
 async def test_a_killed_gateway_costs_the_caller_nothing(stack):

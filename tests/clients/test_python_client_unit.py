@@ -4,7 +4,9 @@ errors, the typed results, tokens, the CLI. No stack needed."""
 from __future__ import annotations
 
 import json
+import threading
 import time
+from contextlib import ExitStack
 
 import grpc
 import pytest
@@ -92,6 +94,40 @@ def test_client_errors_raise_at_once_unretried(code, kind):
     if kind is InvalidRequest:
         assert raised.value.field == "filter.exclude_item_ids[1]"
         assert raised.value.problem == "may hold only ASCII"
+
+
+def test_a_read_waits_for_a_server_coming_back_within_its_deadline():
+    """The ingress restarting (Envoy is back in about 0.2 s): a read waits
+    for the connection made again, where one that fails fast raises
+    UNAVAILABLE at once (before, every call of a default client failed for
+    1.2 s of such a restart)."""
+    with fake_server() as (target, _):
+        pass  # a port that was just served, and is not now
+    fail_fast = ClientOptions(wait_for_ready=False)
+    with RecserveClient(target, fail_fast) as client, pytest.raises(Unavailable):
+        client.recommend("42", k=2)
+    # The default waits, and says for what when none came: not a slow answer.
+    unreachable = f"no connection to {target} within 0.5 s"
+    with (
+        RecserveClient(target, ClientOptions(timeout_s=0.5)) as waiting,
+        pytest.raises(Unavailable, match=unreachable),
+    ):
+        waiting.recommend("42", k=2)
+    back_at: list[float] = []
+    with ExitStack() as stack, RecserveClient(target, ClientOptions(timeout_s=5.0)) as client:
+
+        def come_back() -> None:
+            back_at.append(time.monotonic())
+            stack.enter_context(fake_server(int(target.rsplit(":", 1)[1])))
+
+        restart = threading.Timer(0.5, come_back)
+        asked_at = time.monotonic()
+        restart.start()
+        try:
+            assert len(client.recommend("42", k=2).items) == 2
+        finally:
+            restart.join()
+        assert asked_at < back_at[0]  # asked while it was down: it waited
 
 
 def test_retries_stop_at_the_deadline_and_raise_unavailable():

@@ -15,6 +15,7 @@ import {
   DEFAULT_TARGET,
   DEFAULT_TIMEOUT_MS,
   isLoopback,
+  reconnect,
   retryPolicy,
   transportTls,
   type ClientOptions,
@@ -111,7 +112,8 @@ export class RecserveClient {
       });
     }
     const policy = retryPolicy(options.retry);
-    if (policy) interceptors.push(retryInterceptor(policy, options.onAttempt));
+    const waits = reconnect(options);
+    if (policy || waits) interceptors.push(retryInterceptor(policy, waits, options.onAttempt));
     else if (options.onAttempt) {
       const onAttempt = options.onAttempt;
       interceptors.push((next) => (req) => (onAttempt(req.method.name, 1), next(req)));

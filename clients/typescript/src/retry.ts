@@ -6,7 +6,7 @@
 // failing.
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { statusName } from "./errors.js";
-import { READ_METHODS, type RetryPolicy } from "./options.js";
+import { READ_METHODS, type Reconnect, type RetryPolicy } from "./options.js";
 
 export const SERVICE = "recserve.recommend.v1.RecommendService";
 const UNIT_MS: Record<string, number> = { H: 3.6e6, M: 6e4, S: 1e3, m: 1, u: 1e-3, n: 1e-6 };
@@ -43,10 +43,32 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
+/** No connection: refused, or reset under the call (nothing or a read lost). */
+function connectionLost(error: unknown): boolean {
+  const cause = ConnectError.from(error).cause as { code?: unknown } | undefined;
+  const code = typeof cause?.code === "string" ? cause.code : "";
+  return ["ECONNREFUSED", "ECONNRESET"].includes(code) || /\bECONN(REFUSED|RESET)\b/.test(String(error));
+}
+
+// A policy with no retries: what `retry: null` asks for, where reads still
+// wait for a connection.
+const ONCE: RetryPolicy = {
+  maxAttempts: 1,
+  attemptTimeoutMs: null,
+  initialBackoffMs: 0,
+  maxBackoffMs: 0,
+  backoffMultiplier: 1,
+  retryableCodes: [],
+  throttleMaxTokens: 1,
+  throttleTokenRatio: 1,
+};
+
 export function retryInterceptor(
-  policy: RetryPolicy,
+  given: RetryPolicy | null,
+  reconnect: Reconnect | null,
   onAttempt?: (method: string, attempt: number) => void,
 ): Interceptor {
+  const policy = given ?? ONCE;
   const throttle = new Throttle(policy.throttleMaxTokens, policy.throttleTokenRatio);
   const reads: readonly string[] = READ_METHODS;
   return (next) => async (req) => {
@@ -57,6 +79,7 @@ export function retryInterceptor(
     }
     const deadline = deadlineOf(req.header);
     let backoff = policy.initialBackoffMs;
+    let reconnectMs = reconnect?.backoffMs ?? 0;
     for (let attempt = 1; ; attempt++) {
       onAttempt?.(method, attempt);
       const last = attempt >= policy.maxAttempts;
@@ -84,6 +107,21 @@ export function retryInterceptor(
         throttle.success();
         return response;
       } catch (error) {
+        // A stream the transport closed, cancelled by neither the caller nor
+        // the attempt timeout: its connection closed under it.
+        const failed = ConnectError.from(error);
+        const closed = failed.code === Code.Canceled && /stream closed/.test(failed.rawMessage);
+        const lost = connectionLost(error) || closed;
+        if (reconnect && !req.signal.aborted && !abandoned && lost) {
+          // gRPC's wait-for-ready: not an attempt, nothing for the throttle.
+          const pause = reconnectMs * (0.8 + 0.4 * Math.random());
+          // The next try would come after the deadline: say why there was none.
+          if (Date.now() + pause >= deadline) throw unreachable(req.url, error);
+          await sleep(pause, req.signal);
+          reconnectMs = Math.min(reconnectMs * 1.6, reconnect.maxBackoffMs);
+          attempt--;
+          continue;
+        }
         const code = statusName(ConnectError.from(error).code);
         if (req.signal.aborted || !(abandoned || policy.retryableCodes.includes(code))) {
           throw error;
@@ -99,3 +137,13 @@ export function retryInterceptor(
     }
   };
 }
+
+function unreachable(url: string, error: unknown): ConnectError {
+  const host = new URL(url).host;
+  return new ConnectError(
+    `no connection to ${host} within the call's deadline (${ConnectError.from(error).rawMessage}): ` +
+      "check the address, and TLS on or off as the server has it",
+    Code.Unavailable,
+  );
+}
+

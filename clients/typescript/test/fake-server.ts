@@ -75,7 +75,8 @@ function items(k: number, debug: boolean): MessageInitShape<typeof RecommendedIt
   }));
 }
 
-export async function fakeServer(): Promise<FakeServer> {
+/** On `port` (0: a free one). */
+export async function fakeServer(port = 0): Promise<FakeServer> {
   const state: Omit<FakeServer, "target" | "close"> = {
     actions: [],
     attempts: [],
@@ -144,10 +145,10 @@ export async function fakeServer(): Promise<FakeServer> {
     });
   };
   const server = http2.createServer(connectNodeAdapter({ routes }));
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+  const bound = (server.address() as AddressInfo).port;
   return Object.assign(state, {
-    target: `127.0.0.1:${port}`,
+    target: `127.0.0.1:${bound}`,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   }) as FakeServer;
 }

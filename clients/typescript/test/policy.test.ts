@@ -88,6 +88,44 @@ test("a bad request raises at once, unretried, naming the field", () =>
     assert.equal(server.attempts.length, 2);
   }));
 
+test("a read waits for a server coming back within its deadline", async () => {
+  const gone = await fakeServer();
+  const port = Number(gone.target.split(":")[1]);
+  await gone.close(); // a port just served, and not now
+  const failFast = new RecserveClient({ target: gone.target, waitForReady: false });
+  await assert.rejects(failFast.recommend("42", { k: 2 }), UnavailableError);
+  failFast.close();
+  // The default waits, and says for what when none came: not a slow answer.
+  const waiting = new RecserveClient({ target: gone.target, timeoutMs: 500 });
+  await assert.rejects(waiting.recommend("42", { k: 2 }), (error: Error) => {
+    assert.ok(error instanceof UnavailableError, String(error));
+    assert.match(error.message, new RegExp(`no connection to ${gone.target} within`));
+    return true;
+  });
+  waiting.close();
+  const client = new RecserveClient({ target: gone.target, timeoutMs: 5000 });
+  let backAt = 0;
+  let back: FakeServer | undefined;
+  const restart = new Promise<void>((resolve) =>
+    setTimeout(async () => {
+      backAt = performance.now();
+      back = await fakeServer(port);
+      resolve();
+    }, 500),
+  );
+  const askedAt = performance.now();
+  try {
+    const answer = await client.recommend("42", { k: 2 });
+    assert.equal(answer.items.length, 2);
+    await restart;
+    assert.ok(askedAt < backAt, "asked while it was down: it waited");
+  } finally {
+    client.close();
+    await restart;
+    await back?.close();
+  }
+});
+
 test("retries end at max attempts with UNAVAILABLE", () =>
   withClient(async (client) => {
     server.actions = Array(5).fill({ fail: Code.Unavailable, message: "down" });

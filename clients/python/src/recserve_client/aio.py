@@ -12,7 +12,7 @@ from recserve_client import convert
 from recserve_client._proto import events_pb2_grpc, recommend_pb2_grpc
 from recserve_client.channel import call_metadata, open_aio_channel
 from recserve_client.client import DEFAULT_TARGET, EVENTS_TIMEOUT_S
-from recserve_client.errors import from_rpc_error
+from recserve_client.errors import call_error
 from recserve_client.options import ClientOptions
 from recserve_client.results import Event, ItemFilter, PushResult, Recommendations, UserAttributes
 
@@ -37,7 +37,8 @@ class AsyncRecserveClient:
         try:
             return await method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            state = self._channel.get_state(try_to_connect=False)
+            raise call_error(error, self.target, timeout_s, state) from None
 
     async def _call(self, method: Any, request: Any, timeout_s: float | None) -> Recommendations:
         reply = await self._invoke(method, request, timeout_s or self.options.timeout_s)

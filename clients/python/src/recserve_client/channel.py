@@ -46,6 +46,9 @@ def channel_arguments(tls: TlsOptions | None, options: ClientOptions) -> list[tu
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.primary_user_agent", USER_AGENT),
+        ("grpc.initial_reconnect_backoff_ms", int(options.reconnect_backoff_s * 1000)),
+        ("grpc.min_reconnect_backoff_ms", int(options.reconnect_backoff_s * 1000)),
+        ("grpc.max_reconnect_backoff_ms", int(options.max_reconnect_backoff_s * 1000)),
     ]
     if options.retry is not None and options.retry.attempt_timeout_s is not None:
         # Turns on perAttemptRecvTimeout in the service config.
@@ -89,3 +92,15 @@ def open_aio_channel(target: str, options: ClientOptions) -> grpc.aio.Channel:
     if creds is None:
         return grpc.aio.insecure_channel(target, options=arguments)
     return grpc.aio.secure_channel(target, creds, options=arguments)
+
+
+def channel_state(channel: grpc.Channel) -> grpc.ChannelConnectivity | None:
+    """A blocking channel's state, asked once; None where this gRPC cannot
+    say. Its public way, ``subscribe``, polls from a thread of its own that
+    raises "Channel closed!" when the channel closes under it."""
+    try:
+        from grpc._common import CYGRPC_CONNECTIVITY_STATE_TO_CHANNEL_CONNECTIVITY as states
+
+        return states[channel._channel.check_connectivity_state(False)]  # type: ignore[attr-defined]
+    except (ImportError, AttributeError, KeyError, ValueError):
+        return None

@@ -10,8 +10,8 @@ import grpc
 
 from recserve_client import convert
 from recserve_client._proto import events_pb2_grpc, recommend_pb2_grpc
-from recserve_client.channel import call_metadata, open_channel
-from recserve_client.errors import from_rpc_error
+from recserve_client.channel import call_metadata, channel_state, open_channel
+from recserve_client.errors import call_error
 from recserve_client.options import ClientOptions
 from recserve_client.results import Event, ItemFilter, PushResult, Recommendations, UserAttributes
 
@@ -48,7 +48,8 @@ class RecserveClient:
         try:
             return method(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+            state = channel_state(self._channel)
+            raise call_error(error, self.target, timeout_s, state) from None
 
     def _call(self, method: Any, request: Any, timeout_s: float | None) -> Recommendations:
         reply = self._invoke(method, request, timeout_s or self.options.timeout_s)

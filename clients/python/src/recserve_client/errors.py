@@ -71,3 +71,24 @@ def from_rpc_error(error: grpc.RpcError) -> RecserveError:
     details = (error.details() if hasattr(error, "details") else None) or ""
     kind = _BY_CODE.get(code, RecserveError)
     return kind(code.name, details)
+
+
+def call_error(
+    error: grpc.RpcError, target: str, timeout_s: float, state: grpc.ChannelConnectivity | None
+) -> RecserveError:
+    """The exception for a failed call, given the channel's state after it.
+    A read waits for a connection within its deadline (``wait_for_ready``):
+    where none was made by then, that, not the deadline, is the failure
+    (``state`` None: not known, the deadline stands)."""
+    code = error.code() if hasattr(error, "code") else None
+    if (
+        code is grpc.StatusCode.DEADLINE_EXCEEDED
+        and state is not None
+        and state is not grpc.ChannelConnectivity.READY
+    ):
+        return Unavailable(
+            "UNAVAILABLE",
+            f"no connection to {target} within {timeout_s:g} s (the channel is {state.name}): "
+            "check the address, and TLS on or off as the server has it",
+        )
+    return from_rpc_error(error)
