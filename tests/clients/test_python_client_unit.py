@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from concurrent import futures
 from contextlib import ExitStack
 
 import grpc
@@ -128,6 +129,17 @@ def test_a_read_waits_for_a_server_coming_back_within_its_deadline():
         finally:
             restart.join()
         assert asked_at < back_at[0]  # asked while it was down: it waited
+
+
+def test_every_call_in_flight_failing_at_once_is_retried():
+    """An ingress restart fails every call in flight together: each gets
+    its retry (at 10 tokens, retries stopped after the fifth failure)."""
+    with fake_server() as (target, script), RecserveClient(target) as client:
+        script.actions = [("fail", CODE.UNAVAILABLE, "reset")] * 16
+        with futures.ThreadPoolExecutor(max_workers=16) as pool:
+            answers = list(pool.map(lambda n: client.recommend(str(n), k=1), range(16)))
+        assert all(len(a.items) == 1 for a in answers)
+        assert len(script.attempts) == 32
 
 
 def test_retries_stop_at_the_deadline_and_raise_unavailable():

@@ -40,7 +40,7 @@ export const DEFAULT_RETRY: Readonly<RetryPolicy> = Object.freeze({
   maxBackoffMs: 200,
   backoffMultiplier: 2,
   retryableCodes: ["UNAVAILABLE"],
-  throttleMaxTokens: 10,
+  throttleMaxTokens: 100,
   throttleTokenRatio: 1,
 });
 

@@ -61,6 +61,17 @@ test("UNAVAILABLE is retried within one call", () =>
     assert.equal(server.attempts.length, 3);
   }));
 
+test("every call in flight failing at once is retried", () =>
+  withClient(async (client) => {
+    // An ingress restart fails them together; at 10 tokens, retries
+    // stopped after the fifth failure.
+    server.actions = Array.from({ length: 16 }, () => ({ fail: Code.Unavailable, message: "reset" }));
+    const calls = Array.from({ length: 16 }, (_, n) => client.recommend(String(n), { k: 1 }));
+    const answers = await Promise.all(calls);
+    assert.ok(answers.every((a) => a.items.length === 1));
+    assert.equal(server.attempts.length, 32);
+  }));
+
 test("a hung attempt is abandoned and sent again", () =>
   withClient(async (client) => {
     server.actions = [{ hangMs: 2000 }];

@@ -72,8 +72,11 @@ class RetryPolicy:
     # succeed (one hung gateway of two: each call that met it is one failure
     # and one success), and stop in an outage, where they only add load.
     # While they are stopped an attempt past attempt_timeout_s fails the
-    # call (CANCELLED) instead of waiting for the deadline.
-    throttle_max_tokens: int = 10
+    # call (CANCELLED) instead of waiting for the deadline. Half the tokens
+    # is how many failures at once are still retried: an ingress restart
+    # fails every call in flight together, and at 10, 8 threads' calls lost
+    # 4-8 (docs/clients.md).
+    throttle_max_tokens: int = 100
     throttle_token_ratio: float = 1.0
 
     def __post_init__(self) -> None:
