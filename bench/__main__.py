@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "bench.commands.serving.sweep:sweep",
     "burst": "bench.commands.serving.burst:burst",
     "chaos": "bench.commands.serving.chaos:chaos",
+    "ingress-restart": "bench.commands.serving.ingress_restart:ingress_restart",
     "capacity": "bench.commands.serving.capacity:capacity",
     "sizing": "bench.sizing:sizing",
 }
