@@ -47,7 +47,8 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 function connectionLost(error: unknown): boolean {
   const cause = ConnectError.from(error).cause as { code?: unknown } | undefined;
   const code = typeof cause?.code === "string" ? cause.code : "";
-  return ["ECONNREFUSED", "ECONNRESET"].includes(code) || /\bECONN(REFUSED|RESET)\b/.test(String(error));
+  const lost = ["ECONNREFUSED", "ECONNRESET"].includes(code);
+  return lost || /\bECONN(REFUSED|RESET)\b/.test(String(error));
 }
 
 // A policy with no retries: what `retry: null` asks for, where reads still

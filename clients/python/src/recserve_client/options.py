@@ -52,11 +52,11 @@ class RetryPolicy:
     ``attempt_timeout_s``: an attempt that has not answered by then is
     abandoned and sent again. Envoy has usually moved the call already: it
     hedges one its gateway has not answered in 0.2 s to another gateway
-    (or the standby); this is for what it could not place. gRPC's C core, under Python, does not
-    implement ``hedgingPolicy`` (it accepts and ignores it); a per-attempt
-    timeout (``perAttemptRecvTimeout``, behind the
-    ``grpc.experimental.enable_hedging`` channel argument) is the form of
-    hedging it has. ``None`` turns it off: then only failed attempts
+    (or the standby); this is for what it could not place. gRPC's C core,
+    under Python, does not implement ``hedgingPolicy`` (it accepts and
+    ignores it); a per-attempt timeout (``perAttemptRecvTimeout``, behind
+    the ``grpc.experimental.enable_hedging`` channel argument) is the form
+    of hedging it has. ``None`` turns it off: then only failed attempts
     (``retryable_codes``) are retried.
     """
 
@@ -183,6 +183,6 @@ class ClientOptions:
                 "maxTokens": self.retry.throttle_max_tokens,
                 "tokenRatio": self.retry.throttle_token_ratio,
             }
-        if len(reads) > 1:  # a policy beside the names
+        if self.retry is not None or self.wait_for_ready:
             config["methodConfig"] = [reads]
         return json.dumps(config)
