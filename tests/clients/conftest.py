@@ -15,6 +15,8 @@ except ImportError as error:  # the wheel, not the source tree, is what is teste
 from tests.helpers import data_dir_for_versions, poll_until
 from tests.stack import RunningStack, running_stack
 
+ENVOY = "bin/envoy"  # in Envoy's command line: its pid, to kill it
+
 
 @pytest.fixture(scope="package")
 def stack(built, tmp_path_factory) -> Iterator[RunningStack]:

@@ -23,10 +23,9 @@ from recserve_client import (
     UserAttributes,
 )
 
-from tests.clients.conftest import full_answer
+from tests.clients.conftest import ENVOY, full_answer
 from tests.helpers import asked_until, envoy_counters, frozen, poll_until
 
-ENVOY = "bin/envoy"  # its command line
 ATTEMPTS = ("http.ingress.downstream_rq_total", "cluster.gateway.upstream_rq_total")
 RETRIES = "cluster.gateway.upstream_rq_retry"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tests.clients.conftest import full_answer
+from tests.clients.conftest import ENVOY, full_answer
 from tests.stack import ROOT
 
 PACKAGE = ROOT / "clients" / "typescript"
@@ -23,6 +23,8 @@ def test_the_typescript_client_against_the_stack(stack, client):
         # Envoy's TLS listener and the CA of its certificate.
         "RECSERVE_EDGE_ADDRESS": stack.edge_address,
         "RECSERVE_CA_FILE": str(stack.edge_ca),
+        # Its last test kills Envoy (the runner restarts it).
+        "RECSERVE_ENVOY_PID": str(stack.component_pid(ENVOY)),
     }
     done = subprocess.run(
         ["node", "--test", "dist/test/"],

@@ -158,3 +158,39 @@ test("over TLS at the edge with the app token: lists and events", { skip: skipEd
     app.close();
   }
 });
+
+// Envoy's pid (RECSERVE_ENVOY_PID): killed, as a crash would, under a
+// default client's calls. Last in this file: the others need Envoy up.
+const envoyPid = Number(process.env.RECSERVE_ENVOY_PID ?? 0);
+const skipKill = skip || (envoyPid ? false : "RECSERVE_ENVOY_PID is not set");
+
+test("a restarted Envoy costs the caller nothing", { skip: skipKill }, async () => {
+  // The runner has it back in about 0.2 s; each read waits for the
+  // connection within its deadline (before: 502 calls of four loops failed).
+  const calls = new RecserveClient({ target });
+  const errors: unknown[] = [];
+  let answered = 0;
+  let killedAt = -1;
+  const until = Date.now() + 30_000;
+  const loop = async (n: number) => {
+    for (let i = 0; Date.now() < until && (killedAt < 0 || answered < killedAt + 40); i++) {
+      try {
+        await calls.recommend(String(1 + ((n * 13 + i) % 100)), { k: 10 });
+        answered++;
+      } catch (error) {
+        errors.push(error);
+      }
+      if (killedAt < 0 && answered >= 20) {
+        killedAt = answered;
+        process.kill(envoyPid, "SIGKILL");
+      }
+    }
+  };
+  try {
+    await Promise.all([0, 1, 2, 3].map(loop));
+  } finally {
+    calls.close();
+  }
+  assert.ok(killedAt > 0 && answered >= killedAt + 40, `answered ${answered}, killed at ${killedAt}`);
+  assert.deepEqual(errors.map(String), []);
+});
