@@ -3,8 +3,9 @@ call Recommend through Envoy while Envoy is SIGKILLed once (the runner
 brings it back), and what they saw is counted. Side by side in one run:
 the client's defaults (a read waits for the connection within its
 deadline, reconnecting after 100 ms, 100 retry tokens) and the clients
-before (failing fast, gRPC's own reconnect backoff, 10 tokens). The runner stops the stack
-after 5 restarts of one component in 10 minutes: at most two rounds."""
+before (failing fast, gRPC's own reconnect backoff, 10 tokens). The runner
+stops the stack after 5 restarts of one component in 10 minutes: at most
+two rounds."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from bench.chaos import candidates
 from bench.load import wait_for_full_answer
+from recserve_stack.probes import wait_until
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "waits for the connection (default)": {},
@@ -40,7 +42,7 @@ def _calls(client: Any, n: int, stop: float, seen: dict[str, Any], kill: list[fl
             seen["max_s"] = max(seen["max_s"], time.monotonic() - started)
         except Exception as error:  # every failure is the finding
             seen["errors"][getattr(error, "code", type(error).__name__)] += 1
-            seen.setdefault("messages", Counter())[str(error)[:120]] += 1
+            seen["messages"][str(error)[:120]] += 1
             if kill:
                 seen["error_at"].append(started - kill[0])
         i += 1
@@ -49,7 +51,9 @@ def _calls(client: Any, n: int, stop: float, seen: dict[str, Any], kill: list[fl
 def run_once(target: str, name: str, threads: int, duration_s: float) -> dict[str, Any]:
     from recserve_client import ClientOptions, RecserveClient, RetryPolicy
 
-    seen: dict[str, Any] = {"answered": 0, "max_s": 0.0, "errors": Counter(), "error_at": []}
+    seen: dict[str, Any] = {
+        "answered": 0, "max_s": 0.0, "errors": Counter(), "messages": Counter(), "error_at": [],
+    }  # fmt: skip
     kill: list[float] = []
     stop = time.monotonic() + duration_s
     settings = dict(SETTINGS[name])
@@ -63,7 +67,8 @@ def run_once(target: str, name: str, threads: int, duration_s: float) -> dict[st
         ]
         for worker in workers:
             worker.start()
-        time.sleep(min(1.5, duration_s / 3))  # calls under way before the kill
+        # Calls under way (answered) before the kill.
+        wait_until(lambda: seen["answered"] >= 10 * threads, duration_s, "answers before the kill")
         (envoy,) = candidates("envoy")
         kill.append(time.monotonic())
         os.kill(envoy.pid, signal.SIGKILL)
@@ -77,7 +82,7 @@ def run_once(target: str, name: str, threads: int, duration_s: float) -> dict[st
         "errors_from_s": round(min(at), 3) if at else None,
         "errors_until_s": round(max(at), 3) if at else None,
         "slowest_answer_ms": round(seen["max_s"] * 1000, 1),
-        "messages": dict(seen.get("messages", {})),
+        "messages": dict(seen["messages"]),
     }
 
 

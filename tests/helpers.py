@@ -347,3 +347,20 @@ def frozen(pid: int) -> Iterator[None]:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+# Envoy's count of calls it sent on to another gateway (a retry or a hedge)
+# that then answered.
+HEDGED = "cluster.gateway.upstream_rq_retry_success"
+
+
+def calls_while_frozen(client: Any, pid: int, seconds: float) -> int:
+    """Recommend through ``client`` (the Python client) in a loop while
+    ``pid`` is frozen, each answer whole; how many calls were made."""
+    calls = 0
+    with frozen(pid):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            assert len(client.recommend(str(1 + calls % 100), k=10).items) == 10
+            calls += 1
+    return calls

@@ -24,7 +24,7 @@ from recserve_client import (
 )
 
 from tests.clients.conftest import ENVOY, full_answer
-from tests.helpers import asked_until, envoy_counters, frozen, poll_until
+from tests.helpers import asked_until, calls_while_frozen, envoy_counters, frozen, poll_until
 
 ATTEMPTS = ("http.ingress.downstream_rq_total", "cluster.gateway.upstream_rq_total")
 RETRIES = "cluster.gateway.upstream_rq_retry"
@@ -139,15 +139,9 @@ def test_a_frozen_gateway_costs_the_caller_nothing(stack):
         gateways = stack.gateway_pids()
         assert len(gateways) == 2
         before = envoy_counters(stack, *ATTEMPTS)
-        calls = 0
-        with frozen(gateways[0]):
-            deadline = time.monotonic() + 3.0  # until Envoy's health checks eject it
-            while time.monotonic() < deadline:
-                started = time.monotonic()
-                answer = client.recommend(str(20 + calls), k=10)
-                assert time.monotonic() - started < client.options.timeout_s
-                assert len(answer.items) == 10
-                calls += 1
+        # 3 s: until Envoy's health checks eject it. A call past the
+        # client's timeout raises there (DeadlineExceeded).
+        calls = calls_while_frozen(client, gateways[0], 3.0)
         after = envoy_counters(stack, *ATTEMPTS)
         tried = after[ATTEMPTS[1]] - before[ATTEMPTS[1]]
         assert tried > calls, (tried, calls)  # tries were left and sent again

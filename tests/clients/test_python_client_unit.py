@@ -23,10 +23,11 @@ from recserve_client import (
     UserAttributes,
     cli,
 )
-from recserve_client.channel import is_loopback, transport_tls
+from recserve_client.channel import channel_state, is_loopback, transport_tls
 from recserve_client.options import CA_FILE_VARIABLE
 
 from tests.clients.fake_server import fake_server
+from tests.helpers import poll_until
 
 CODE = grpc.StatusCode
 
@@ -114,21 +115,22 @@ def test_a_read_waits_for_a_server_coming_back_within_its_deadline():
         pytest.raises(Unavailable, match=unreachable),
     ):
         waiting.recommend("42", k=2)
-    back_at: list[float] = []
+    refused: list[bool] = []
     with ExitStack() as stack, RecserveClient(target, ClientOptions(timeout_s=5.0)) as client:
 
-        def come_back() -> None:
-            back_at.append(time.monotonic())
+        def come_back_once_refused() -> None:
+            # The call has tried and found nothing there: it is waiting.
+            waiting = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+            refused.append(poll_until(lambda: channel_state(client.channel) is waiting, 5, 0.01))
             stack.enter_context(fake_server(int(target.rsplit(":", 1)[1])))
 
-        restart = threading.Timer(0.5, come_back)
-        asked_at = time.monotonic()
+        restart = threading.Thread(target=come_back_once_refused)
         restart.start()
         try:
             assert len(client.recommend("42", k=2).items) == 2
         finally:
             restart.join()
-        assert asked_at < back_at[0]  # asked while it was down: it waited
+        assert refused == [True]  # it was answered by the server that came back
 
 
 def test_every_call_in_flight_failing_at_once_is_retried():

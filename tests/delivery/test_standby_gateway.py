@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 
 import grpc
 import psutil
@@ -26,9 +25,10 @@ from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
 from recserve_stack.settings import STANDBY_MARK
 from tests.helpers import (
+    HEDGED,
+    calls_while_frozen,
     data_dir_with_artifacts,
     envoy_counters,
-    frozen,
     full_answer,
     poll_until,
 )
@@ -120,22 +120,15 @@ def test_a_hung_gateway_is_hedged_to_the_standby_before_the_client_gives_up(stac
     # The default attempt timeout; more attempts than the default three,
     # because beside the other test workers the standby too can answer late.
     options = ClientOptions(timeout_s=3.0, retry=RetryPolicy(max_attempts=5))
-    hedges = ("cluster.gateway.upstream_rq_retry_success",)
     channel = grpc.insecure_channel(stack.envoy_address)
     stub = recommend_pb2_grpc.RecommendServiceStub(channel)
     full_answer(stub)
     with RecserveClient(stack.envoy_address, options) as client:
         poll_until(lambda: none_for_the_standby(stack, stub), 30, 0.5, "the gateway to take all")
-        before, idle = envoy_counters(stack, *hedges), recommends(stack, STANDBY_REPLICA)
-        calls = 0
-        with frozen(serving_gateway(stack)):
-            deadline = time.monotonic() + 3.0  # until Envoy's health checks eject it
-            while time.monotonic() < deadline:
-                answer = client.recommend(str(1 + calls % 100), k=10)
-                assert len(answer.items) == 10
-                calls += 1
+        before, idle = envoy_counters(stack, HEDGED)[HEDGED], recommends(stack, STANDBY_REPLICA)
+        # 3 s: until Envoy's health checks eject the frozen gateway.
+        calls_while_frozen(client, serving_gateway(stack), 3.0)
         assert recommends(stack, STANDBY_REPLICA) > idle  # the standby answered
-        after = envoy_counters(stack, *hedges)
-        assert after[hedges[0]] > before[hedges[0]]  # ... what Envoy sent it
+        assert envoy_counters(stack, HEDGED)[HEDGED] > before  # ... what Envoy sent it
         poll_until(lambda: none_for_the_standby(stack, stub), 30, 0.5, "the gateway back")
     channel.close()

@@ -22,7 +22,14 @@ from recserve.retriever.v1 import retriever_pb2 as rpb
 from recserve.retriever.v1 import retriever_pb2_grpc
 from tests.e2e.conftest import ONE_PROCESS
 from tests.e2e.test_events import token
-from tests.helpers import data_dir_with_artifacts, envoy_counters, frozen, full_answer, poll_until
+from tests.helpers import (
+    HEDGED,
+    calls_while_frozen,
+    data_dir_with_artifacts,
+    envoy_counters,
+    full_answer,
+    poll_until,
+)
 from tests.stack import running_stack
 
 pytestmark = pytest.mark.local_stack_only
@@ -146,19 +153,15 @@ def test_a_frozen_request_path_process_has_its_calls_hedged_to_the_other(one, do
     the client abandoned first and Envoy never moved a call)."""
     from recserve_client import ClientOptions, RecserveClient, RetryPolicy
 
-    hedged = "cluster.gateway.upstream_rq_retry_success"
     full_answer(door)
     # The default attempt timeout; five attempts, not three, because
     # beside the other test workers the second process too can answer late.
     options = ClientOptions(timeout_s=3.0, retry=RetryPolicy(max_attempts=5))
     with RecserveClient(one.envoy_address, options) as client:
-        before, calls = envoy_counters(one, hedged)[hedged], 0
-        with frozen(one.component_pid("services.one_process")):
-            deadline = time.monotonic() + 2.0  # before Envoy's health checks eject it
-            while time.monotonic() < deadline:
-                assert len(client.recommend(str(1 + calls % 100), k=10).items) == 10
-                calls += 1
-        assert envoy_counters(one, hedged)[hedged] > before, calls
+        before = envoy_counters(one, HEDGED)[HEDGED]
+        # 2 s: before Envoy's health checks eject the frozen process.
+        calls = calls_while_frozen(client, one.component_pid("services.one_process"), 2.0)
+        assert envoy_counters(one, HEDGED)[HEDGED] > before, calls
     one.wait_whole()
 
 

@@ -27,11 +27,14 @@ async def statuses_until_let_go(process: psutil.Process, freeze_s: float) -> lis
 
 
 def test_a_frozen_process_is_stopped_and_then_let_go():
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # A process blocked on its stdin until the test ends.
+    reader = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     try:
-        seen = asyncio.run(statuses_until_let_go(psutil.Process(sleeper.pid), 1.0))
+        seen = asyncio.run(statuses_until_let_go(psutil.Process(reader.pid), 1.0))
         assert psutil.STATUS_STOPPED in seen, seen
         assert seen[-1] != psutil.STATUS_STOPPED, seen[-10:]
     finally:
-        sleeper.kill()
-        sleeper.wait()
+        reader.kill()
+        reader.wait()
