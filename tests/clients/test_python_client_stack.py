@@ -7,7 +7,6 @@ import asyncio
 import os
 import signal
 import threading
-import time
 
 import pandas as pd
 import pytest
@@ -97,13 +96,11 @@ def test_a_bad_request_raises_at_once_unretried(stack, client):
         (lambda: client.similar_items("no-such-item", k=5), None, NotFound),
     ):
         before = envoy_counters(stack, *ATTEMPTS, RETRIES)
-        started = time.monotonic()
         with pytest.raises(kind) as raised:
             call()
-        elapsed = time.monotonic() - started
         after = envoy_counters(stack, *ATTEMPTS, RETRIES)
-        assert elapsed < 0.25, elapsed  # not after a per-attempt timeout or a backoff
-        # One attempt from the client, one to a gateway, no retry by Envoy.
+        # One attempt from the client, one to a gateway, no retry by Envoy
+        # (nor by the client, after its attempt timeout or a backoff).
         expected = {**dict.fromkeys(ATTEMPTS, 1), RETRIES: 0}
         assert {n: after[n] - before[n] for n in after} == expected
         if field is not None:
@@ -115,9 +112,8 @@ def test_a_frozen_backend_degrades_the_answer_never_fails_it(stack, client, mark
     full_answer(client)
     with frozen(stack.component_pid(marker)):
         for user_id in ("11", "12", "13", "14", "15"):
-            started = time.monotonic()
+            # Within the client's deadline, or it raises DEADLINE_EXCEEDED.
             answer = client.recommend(user_id, k=10)
-            assert time.monotonic() - started < client.options.timeout_s
             # The fallback's list (popular items, less those the user saw): at most k.
             assert answer.degraded and 0 < len(answer.items) <= 10, answer.degraded_reason
     assert not full_answer(client).degraded
@@ -197,24 +193,31 @@ async def test_a_killed_gateway_costs_the_caller_nothing(stack):
     assert len(gateways) == 2
     errors: list[BaseException] = []
     answered = 0
+    killed_at: int | None = None
 
-    async def worker(client: AsyncRecserveClient, n: int, stop: float) -> None:
-        nonlocal answered
-        while time.monotonic() < stop:
+    def done() -> bool:
+        # Calls enough to span the kill: 80 answers after it (each worker's
+        # next call meets the dead gateway or its replacement).
+        return killed_at is not None and answered >= killed_at + 80
+
+    async def worker(client: AsyncRecserveClient, n: int) -> None:
+        nonlocal answered, killed_at
+        while not done():
             try:
                 await client.recommend(str(1 + (n * 7 + answered) % 100), k=10)
                 answered += 1
             except Exception as error:  # every failure is the finding
                 errors.append(error)
+                if len(errors) > 100:
+                    return
+            if killed_at is None and answered >= 40:
+                killed_at = answered
+                os.kill(gateways[0], signal.SIGKILL)
 
     async with AsyncRecserveClient(stack.envoy_address) as client:
-        stop = time.monotonic() + 4.0
-        tasks = [asyncio.create_task(worker(client, n, stop)) for n in range(8)]
-        await asyncio.sleep(1.5)
-        os.kill(gateways[0], signal.SIGKILL)
-        await asyncio.gather(*tasks)
+        await asyncio.gather(*(worker(client, n) for n in range(8)))
     assert not errors, errors[:3]
-    assert answered > 20
+    assert killed_at is not None and answered >= killed_at + 80
 
     def both_back() -> bool:
         found = stack.gateway_pids()

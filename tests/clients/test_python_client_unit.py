@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from concurrent import futures
 from contextlib import ExitStack
 
@@ -63,9 +62,8 @@ def test_unavailable_is_retried_by_the_channel_within_one_call():
 def test_a_hung_attempt_is_abandoned_and_sent_again():
     with fake_server() as (target, script), RecserveClient(target) as client:
         script.actions = [("hang", 2.0)]
-        started = time.monotonic()
         assert len(client.recommend("42", k=2).items) == 2
-        assert time.monotonic() - started < 0.9  # attempt timeout 0.3 s, not the hang
+        # Two attempts: the first, hung, was abandoned rather than waited for.
         assert len(script.attempts) == 2
 
 
@@ -87,10 +85,8 @@ def test_one_hung_replica_of_two_never_exhausts_the_retry_throttle():
 def test_client_errors_raise_at_once_unretried(code, kind):
     with fake_server() as (target, script), RecserveClient(target) as client:
         script.actions = [("fail", code, "filter.exclude_item_ids[1]: may hold only ASCII")]
-        started = time.monotonic()
         with pytest.raises(kind) as raised:
             client.recommend("42", k=5)
-        assert time.monotonic() - started < 0.2
         assert len(script.attempts) == 1
         assert raised.value.code == code.name
     if kind is InvalidRequest:
