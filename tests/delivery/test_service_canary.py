@@ -59,6 +59,9 @@ def test_a_good_gateway_build_goes_to_all_traffic_with_mirroring(data_dir):
             "10",
             "--mirror-percent",
             "20",
+            # A shared machine's stall must not roll a good build back.
+            "--max-p99-ms",
+            "5000",
         )
         assert result.returncode == 0, result.stdout + result.stderr
         assert "canary: promoted" in result.stdout

@@ -86,9 +86,13 @@ def test_a_tail_reads_only_what_was_appended_and_whole_lines(tmp_path):
 
 
 def test_a_log_written_only_in_the_call_runs_no_thread(tmp_path):
-    before = threading.active_count()
+    def writers() -> list[threading.Thread]:
+        # By name: other tests' threads on this worker come and go meanwhile.
+        return [t for t in threading.enumerate() if t.name == "jsonl-log"]
+
+    before = writers()
     log = JsonlLog(tmp_path, background=False)
-    assert threading.active_count() == before
+    assert writers() == before
     log.write([{"n": 1}, {"n": 2}])
     assert [r["n"] for r in read_records(tmp_path)] == [1, 2]  # on disk before close
     with pytest.raises(RuntimeError, match="writer thread"):
