@@ -57,6 +57,10 @@ class Rollout:
         self.name = name  # the state file: <data_dir>/rollout/<name>.json
         # False on a replica that follows another's rollout (recserve_delivery.replicas).
         self.writer = True
+        # Called with the candidate as a promotion past the last step is
+        # decided, before the state that says so is saved (the ranker makes
+        # it the current artifact there: services/ranker/versions.py).
+        self.before_promoted: Callable[[str], None] | None = None
         self._followed: tuple[int, int, int] | None = None  # the state file a follower read
         self.state = rollout_state.load(data_dir, name) or RolloutState(stable=stable)
         self.windows: dict[str, VersionWindow] = {}
@@ -213,6 +217,8 @@ class Rollout:
             self._decide("promote", f"to {s.share_percent:g}%: {reason}", figures)
         else:
             share = s.share_percent  # the last step's: 100%
+            if self.writer and self.before_promoted is not None:
+                self.before_promoted(s.candidate)
             s.status = "promoted"
             s.stable, s.reason, s.ended_at = s.candidate, reason, self.clock()
             self._decide("promote", f"{s.candidate} is stable: {reason}", figures, share)

@@ -199,6 +199,7 @@ class ModelVersions:
                 stable = persisted.stable
                 self.loaded = await self._prepare(stable)
             rollout = Rollout(self.settings.data_dir, stable, metrics_prefix=METRICS_PREFIX)
+            rollout.before_promoted = self._make_current
             rollout.writer = self.replica.lock.try_acquire()  # else another replica writes
             self.rollout = rollout
             if rollout.state.stable != stable and rollout.writer:
@@ -265,7 +266,10 @@ class ModelVersions:
                 rollout.state = persisted
             else:
                 rollout.set_stable(version)
-            artifacts.promote(self.settings.data_dir, version)
+            if not following:
+                # Following, CURRENT names it already; written back, it could
+                # undo a newer CURRENT written while this version loaded.
+                artifacts.promote(self.settings.data_dir, version)
             log.info("switched model version", extra={"fields": {"version": version}})
             return target
 
@@ -299,16 +303,22 @@ class ModelVersions:
         return rollout
 
     def _follow_stable(self) -> None:
-        """A promotion past the last step makes the candidate the stable pin,
-        and, a retrained model, the current artifact (artifacts.promote)."""
+        """A promotion past the last step makes the candidate the stable pin
+        (the current artifact already: ``_make_current``)."""
         rollout = self.rollout
         if rollout is not None and self.loaded is not None:
             stable = rollout.state.stable
             if stable != self.loaded.version and stable in self.versions:
                 self.loaded = self.versions[stable]
-                promoted = rollout.state.status == "promoted" and rollout.writer
-                if promoted and artifacts.promote(self.settings.data_dir, stable):
-                    log.info("promoted artifact is current", extra={"fields": {"version": stable}})
+
+    def _make_current(self, candidate: str) -> None:
+        """The writer's promotion of a retrained model makes it the current
+        artifact (artifacts.promote) before the rollout's state says it was
+        promoted: a follower that read "promoted" with the old CURRENT beside
+        it switched back to the old version and wrote the old CURRENT over
+        the new one."""
+        if artifacts.promote(self.settings.data_dir, candidate):
+            log.info("promoted artifact is current", extra={"fields": {"version": candidate}})
 
     async def judge_forever(self) -> None:
         """The rollout judge: once per interval while a rollout is active;
