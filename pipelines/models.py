@@ -185,24 +185,38 @@ class Ranker(nn.Module):
         self, x: Tensor, retrieval_score: Tensor, affinity: Tensor, source_features: Tensor
     ) -> Tensor:
         """The MLP's correction on top of the strong scores."""
+        return self.blend(self.net(x), *strong_scores(retrieval_score, affinity, source_features))
+
+    def blend(
+        self, correction: Tensor, retrieval: Tensor, affinity: Tensor, neighbour: Tensor,
+        repeat: Tensor,
+    ) -> Tensor:  # fmt: skip
+        """The strong scores weighed, the MLP's correction on top: linear in
+        the weights, so a blend is tried on parts scored once (``parts``)."""
         return (
-            self.net(x)
-            + self.retrieval_weight * retrieval_score
+            correction
+            + self.retrieval_weight * retrieval
             + self.affinity_weight * affinity
-            + self.neighbour_weight * source_features[:, :1]
-            + self.repeat_weight * source_features[:, REPEAT_SCORE : REPEAT_SCORE + 1]
+            + self.neighbour_weight * neighbour
+            + self.repeat_weight * repeat
         )
 
-    def forward(
+    def parts(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        """``forward``'s inputs scored up to the blend: the MLP's correction
+        and the four strong scores, each [B, 1]."""
+        x, retrieval_score, affinity, source_features = self.features_of(*inputs)
+        return self.net(x), *strong_scores(retrieval_score, affinity, source_features)
+
+    def features_of(
         self,
-        item_id: torch.Tensor,  # [B, 1] int64 embedding row
-        user_vector: torch.Tensor,  # [B, D]
-        user_features: torch.Tensor,  # [B, U]
-        item_features: torch.Tensor,  # [B, I]
-        retrieval_score: torch.Tensor,  # [B, 1]
-        user_affinity: torch.Tensor,  # [B, R] the user's side of the affinity
-        source_features: torch.Tensor,  # [B, SOURCE_FEATURES] (recserve_model.sources)
-    ) -> torch.Tensor:
+        item_id: torch.Tensor,
+        user_vector: torch.Tensor,
+        user_features: torch.Tensor,
+        item_features: torch.Tensor,
+        retrieval_score: torch.Tensor,
+        user_affinity: torch.Tensor,
+        source_features: torch.Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         index = item_id.squeeze(-1)
         rows = F.embedding(index, self.table, sparse=True) if self.sparse else self.table[index]
         affinity = self.affinity.score(item_id, user_affinity)
@@ -215,7 +229,29 @@ class Ranker(nn.Module):
             affinity,
             source_features,
         )
-        return self.head(x, retrieval_score, affinity, source_features)  # [B, 1]
+        return x, retrieval_score, affinity, source_features
+
+    def forward(
+        self,
+        item_id: torch.Tensor,  # [B, 1] int64 embedding row
+        user_vector: torch.Tensor,  # [B, D]
+        user_features: torch.Tensor,  # [B, U]
+        item_features: torch.Tensor,  # [B, I]
+        retrieval_score: torch.Tensor,  # [B, 1]
+        user_affinity: torch.Tensor,  # [B, R] the user's side of the affinity
+        source_features: torch.Tensor,  # [B, SOURCE_FEATURES] (recserve_model.sources)
+    ) -> torch.Tensor:
+        inputs = (item_id, user_vector, user_features, item_features, retrieval_score)
+        return self.head(*self.features_of(*inputs, user_affinity, source_features))  # [B, 1]
+
+
+def strong_scores(
+    retrieval_score: Tensor, affinity: Tensor, source_features: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The scores the ranker's weights blend: retrieval, affinity, the
+    neighbour score and the repeat score, each [B, 1]."""
+    neighbour = source_features[:, :1]
+    return retrieval_score, affinity, neighbour, source_features[:, REPEAT_SCORE : REPEAT_SCORE + 1]
 
 
 def quantize_rows(table: Tensor) -> tuple[Tensor, Tensor]:

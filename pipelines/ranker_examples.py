@@ -147,9 +147,8 @@ BLENDS = [
 
 def initial_blend(
     model: Ranker,
-    logits: Callable[[torch.Tensor], torch.Tensor],
+    parts: torch.Tensor,
     labels: torch.Tensor,
-    held: torch.Tensor,
     retrieval_spread: torch.Tensor,
     sources: torch.Tensor,
 ) -> dict[str, Any]:
@@ -158,26 +157,27 @@ def initial_blend(
     by dataset and model); what each blend scored, for the report. Where
     the user's own items are candidates (a repeat score in ``sources``, the
     candidates' source features), the repeat score's weight is chosen
-    next, on the chosen blend."""
+    next, on the chosen blend. ``parts``: those users' candidates scored
+    up to the blend (``Ranker.parts``, [users, n, 5]), ``labels`` theirs:
+    each blend tried is then arithmetic on them, not a pass of the model."""
     scale = float(model.retrieval_weight.detach())
     spread = float(sources[..., 0].std())
     unit = scale * float(retrieval_spread.std()) / spread if spread > 0 else 0.0
     per_user = {}
-    model.eval()
+    logits = lambda: model.blend(*parts.unbind(-1))  # noqa: E731
     with torch.no_grad():
         for r, a, c in BLENDS:
             model.retrieval_weight.fill_(r * scale)
             model.affinity_weight.fill_(a * scale)
             model.neighbour_weight.fill_(c * unit)
-            per_user[(r, a, c)] = ndcg_per_user(logits(held), labels[held])
+            per_user[(r, a, c)] = ndcg_per_user(logits(), labels)
         tried = {blend: float(v.mean()) for blend, v in per_user.items()}
         r, a, c = significant_best(per_user)
         model.retrieval_weight.fill_(r * scale)
         model.affinity_weight.fill_(a * scale)
         model.neighbour_weight.fill_(c * unit)
         unit_r = scale * float(retrieval_spread.std())
-        repeat = repeat_blend(model, logits, labels, held, unit_r, sources[..., REPEAT_SCORE])
-    model.train()
+        repeat = repeat_blend(model, logits, labels, unit_r, sources[..., REPEAT_SCORE])
     return {
         "chosen": {"retrieval": r, "affinity": a, "neighbours": c, "neighbour_unit": unit},
         "held_out_ndcg@10": {f"{r:g}/{a:g}/{c:g}": round(v, 4) for (r, a, c), v in tried.items()},
@@ -190,9 +190,8 @@ REPEAT_BLENDS = (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)  # of the retr
 
 def repeat_blend(
     model: Ranker,
-    logits: Callable[[torch.Tensor], torch.Tensor],
+    logits: Callable[[], torch.Tensor],
     labels: torch.Tensor,
-    held: torch.Tensor,
     retrieval_unit: float,
     repeat_scores: torch.Tensor,
 ) -> dict[str, Any]:
@@ -207,7 +206,7 @@ def repeat_blend(
     tried = {}
     for p in REPEAT_BLENDS:
         model.repeat_weight.fill_(p * unit)
-        tried[p] = float(ndcg_per_user(logits(held), labels[held]).mean())
+        tried[p] = float(ndcg_per_user(logits(), labels).mean())
     best = max(REPEAT_BLENDS, key=lambda p: (tried[p], -p))
     model.repeat_weight.fill_(best * unit)
     return {

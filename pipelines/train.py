@@ -207,7 +207,11 @@ def train_ranker(
     logits = ranker_logits(model, ex, user_side)
     # Three weights, not fit by gradient: chosen on every window user (a
     # fifth alone picked noise among the blends).
-    blend = initial_blend(model, logits, ex.labels, order, ex.retrieval, ex.source_features)
+    model.eval()
+    with torch.no_grad():
+        parts = ranker_logits(model, ex, user_side, scored=model.parts)(order)
+    model.train()
+    blend = initial_blend(model, parts, ex.labels[order], ex.retrieval, ex.source_features)
     best, by_epoch = keep_best_epoch(
         model, logits, ex.labels, fit, held, (optimizer, generator), config, progress
     )
@@ -219,17 +223,22 @@ def train_ranker(
 
 
 def ranker_logits(
-    model: Ranker, ex: RankerExamples, user_side: torch.Tensor
+    model: Ranker,
+    ex: RankerExamples,
+    user_side: torch.Tensor,
+    scored: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]] | None = None,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The model's scores of the given users' candidates, [users, n]. The
-    blends and the held-out checks score every window user at once: in
-    chunks, so the activations stay bounded (40,000 shoppers at once went
-    past 23 GB); a training step's users are one chunk."""
+    """The model's scores of the given users' candidates, [users, n]; with
+    ``scored`` (``model.parts``), those parts side by side, [users, n,
+    parts]. The blends and the held-out checks score every window user at
+    once: in chunks, so the activations stay bounded (40,000 shoppers at
+    once went past 23 GB); a training step's users are one chunk."""
     n = ex.candidates.shape[1]
+    score = scored or model
 
     def chunk_logits(u: torch.Tensor) -> torch.Tensor:
         rows = ex.candidates[u].reshape(-1, 1)
-        return model(
+        out = score(
             rows,
             ex.user_vectors[u].repeat_interleave(n, 0),
             ex.user_features[u].repeat_interleave(n, 0),
@@ -237,7 +246,10 @@ def ranker_logits(
             ex.retrieval[u].reshape(-1, 1),
             user_side[u].repeat_interleave(n, 0),
             ex.source_features[u].reshape(-1, SOURCE_FEATURES),
-        ).reshape(len(u), n)
+        )
+        if isinstance(out, tuple):
+            return torch.cat(out, dim=-1).reshape(len(u), n, len(out))
+        return out.reshape(len(u), n)
 
     return in_chunks(chunk_logits, max(1, SCORED_ROWS // n))
 

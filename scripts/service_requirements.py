@@ -45,7 +45,6 @@ IMAGES: dict[str, list[str]] = {
     "pipelines": [
         "torch",
         "onnx",
-        "onnxscript",
         "onnxruntime",
         "feast",
         "redis",

@@ -1,14 +1,17 @@
 """The ranker's blends and held-out checks score every window user: in
 chunks of users (``pipelines.ranker_examples.in_chunks``), so the model's
 activations stay bounded whatever the shoppers' count (40,000 of them
-scored at once went past 23 GB)."""
+scored at once went past 23 GB). The starting blends are tried on parts
+scored once (``Ranker.parts``): each is the model's own score to the bit."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from pipelines.models import Ranker
 from pipelines.ranker_examples import in_chunks
+from recserve_model.sources import SOURCE_FEATURES
 
 
 def test_scores_in_chunks_are_the_scores_at_once_with_a_bounded_batch():
@@ -36,3 +39,24 @@ def test_a_training_step_is_one_chunk_and_keeps_its_gradient():
     scored = in_chunks(lambda users: net(features[users]).squeeze(-1), 100)(torch.arange(10))
     scored.sum().backward()
     assert net.weight.grad is not None and scored.shape == (10, 5)
+
+
+def test_a_blend_of_the_parts_is_the_models_score_to_the_bit():
+    torch.manual_seed(0)
+    rows, batch = 40, 64
+    ranker = Ranker(rows, 8, 4, 16).eval()
+    inputs = (
+        torch.randint(0, rows, (batch, 1)), torch.randn(batch, 16), torch.randn(batch, 8),
+        torch.randn(batch, 4), torch.randn(batch, 1), torch.randn(batch, ranker.affinity.rank),
+        torch.rand(batch, SOURCE_FEATURES),
+    )  # fmt: skip
+    with torch.no_grad():
+        parts = ranker.parts(*inputs)
+        assert [p.shape for p in parts] == [(batch, 1)] * 5
+        for weights in [(10.0, 10.0, 0.0, 0.0), (1.0, 0.0, 3.0, 0.0), (0.0, 5.0, 1.0, 30.0)]:
+            for weight, value in zip(
+                (ranker.retrieval_weight, ranker.affinity_weight, ranker.neighbour_weight,
+                 ranker.repeat_weight), weights, strict=True,
+            ):  # fmt: skip
+                weight.fill_(value)
+            assert torch.equal(ranker.blend(*parts), ranker(*inputs))
