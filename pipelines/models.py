@@ -217,6 +217,7 @@ class Ranker(nn.Module):
         user_affinity: torch.Tensor,
         source_features: torch.Tensor,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The MLP's input and the scores the head blends beside it."""
         index = item_id.squeeze(-1)
         rows = F.embedding(index, self.table, sparse=True) if self.sparse else self.table[index]
         affinity = self.affinity.score(item_id, user_affinity)
