@@ -218,8 +218,7 @@ class Ranker(nn.Module):
         source_features: torch.Tensor,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The MLP's input and the scores the head blends beside it."""
-        index = item_id.squeeze(-1)
-        rows = F.embedding(index, self.table, sparse=True) if self.sparse else self.table[index]
+        rows = self.table_rows(item_id.squeeze(-1))
         affinity = self.affinity.score(item_id, user_affinity)
         x = self.features(
             rows,
@@ -231,6 +230,9 @@ class Ranker(nn.Module):
             source_features,
         )
         return x, retrieval_score, affinity, source_features
+
+    def table_rows(self, index: Tensor) -> Tensor:
+        return F.embedding(index, self.table, sparse=True) if self.sparse else self.table[index]
 
     def forward(
         self,
@@ -305,8 +307,13 @@ class Int8Ranker(nn.Module):
         self.affinity_weight = ranker.affinity_weight
         self.neighbour_weight = ranker.neighbour_weight
         self.repeat_weight = ranker.repeat_weight
-        self._features = ranker.features
         self._head = ranker.head
+
+    features = Ranker.features
+    features_of = Ranker.features_of
+
+    def table_rows(self, index: Tensor) -> Tensor:
+        return self.table_q[index].to(torch.float32) * self.scale[index].to(torch.float32)
 
     def forward(
         self,
@@ -318,16 +325,5 @@ class Int8Ranker(nn.Module):
         user_affinity: torch.Tensor,
         source_features: torch.Tensor,
     ) -> torch.Tensor:
-        index = item_id.squeeze(-1)
-        rows = self.table_q[index].to(torch.float32) * self.scale[index].to(torch.float32)
-        affinity = self.affinity.score(item_id, user_affinity)
-        x = self._features(
-            rows,
-            user_vector,
-            user_features,
-            item_features,
-            retrieval_score,
-            affinity,
-            source_features,
-        )
-        return self._head(x, retrieval_score, affinity, source_features)
+        inputs = (item_id, user_vector, user_features, item_features, retrieval_score)
+        return self._head(*self.features_of(*inputs, user_affinity, source_features))
