@@ -88,9 +88,13 @@ async def run_load(
     timeline: bool = False,
     event: tuple[float, Callable[[], None]] | None = None,
     user_prefix: str = "",
+    stop: asyncio.Event | None = None,
 ) -> LoadResult:
     """``event``: (seconds into the load, what to do then), e.g. a SIGKILL.
-    Users are ``<user_prefix><1..users>`` (MovieLens's ids by default)."""
+    Users are ``<user_prefix><1..users>`` (MovieLens's ids by default).
+    ``stop``, once set, ends the load early: requests not yet due are not
+    sent, those in flight are awaited, and the result covers what was sent
+    (its duration the seconds it ran)."""
     result = LoadResult(rate, duration_s)
     total = int(rate * duration_s)
     async with grpc.aio.insecure_channel(target) as channel:
@@ -103,9 +107,9 @@ async def run_load(
 
         async def one(i: int) -> None:
             due = start + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            if not await until_due(due, stop):
+                return
+            result.sent += 1
             if time.perf_counter() - due > 0.005:
                 result.late_sends += 1
             user_id = f"{user_prefix}{1 + (i * 7919) % users}"
@@ -133,9 +137,29 @@ async def run_load(
                 result.histogram.record_value(max(1, elapsed_us))
 
         tasks = [asyncio.create_task(one(i)) for i in range(total)]
-        result.sent = total
         await asyncio.gather(*tasks)
+        if result.sent < total:
+            result.duration_s = time.perf_counter() - start
     return result
+
+
+async def until_due(due: float, stop: asyncio.Event | None) -> bool:
+    """Waits for ``due`` (a perf_counter time); False where ``stop`` was set
+    first (the request is then not sent)."""
+    delay = due - time.perf_counter()
+    if stop is None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return True
+    if stop.is_set():
+        return False
+    if delay > 0:
+        try:
+            await asyncio.wait_for(stop.wait(), delay)
+            return False
+        except TimeoutError:
+            pass
+    return not stop.is_set()
 
 
 async def run_closed(

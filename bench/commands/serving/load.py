@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -25,13 +26,22 @@ def load(
     ] = "",
     out: Path | None = None,
 ) -> None:
-    """Open-loop Recommend load through Envoy (constant arrival rate)."""
-    from bench.load import run_load
+    """Open-loop Recommend load through Envoy (constant arrival rate).
+    SIGTERM or SIGINT (Ctrl-C) ends it early: what was sent is reported."""
+    from bench.load import LoadResult, run_load
 
-    result = asyncio.run(
-        run_load(target, rate, duration, k=k, users=users, user_prefix=user_prefix)
-    )
-    table = Table(title=f"Recommend at {rate:.0f}/s for {duration:.0f}s via {target}")
+    async def until_stopped() -> LoadResult:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        return await run_load(
+            target, rate, duration, k=k, users=users, user_prefix=user_prefix, stop=stop
+        )
+
+    result = asyncio.run(until_stopped())
+    ran = f"{result.duration_s:.0f}s" + ("" if result.duration_s == duration else " (stopped)")
+    table = Table(title=f"Recommend at {rate:.0f}/s for {ran} via {target}")
     for column in ("p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "degraded"):
         table.add_column(column)
     s = result.summary()
