@@ -11,8 +11,6 @@ import typer
 from rich.table import Table
 
 from pipelines import data_cli, outcomes_cli
-from pipelines.build import build as run_build
-from pipelines.evaluate import CUTOFFS
 from pipelines.rescore.cli import app as rescore_app
 from recserve_cli import console as cli_console
 
@@ -28,6 +26,8 @@ console = cli_console(stderr=True)
 
 
 def metrics_table(metrics: dict[str, dict[str, float]], title: str) -> Table:
+    from pipelines.evaluate import CUTOFFS
+
     table = Table(title=title, title_justify="left")
     columns = [f"recall@{k}" for k in CUTOFFS] + ["ndcg@10"]
     table.add_column("model")
@@ -96,7 +96,11 @@ def build(
     whose served lists lose to a baseline is not published (unless
     --publish-over-the-gate). It serves users on a first install or with
     --promote; otherwise it is a candidate for a rollout."""
+    # torch and the training code only for the commands that learn: the
+    # others (compact, snapshot, validate, version: each a step of a nightly
+    # cycle) start in half the time.
     from pipelines.build import QualityGateError
+    from pipelines.build import build as run_build
     from pipelines.current import PromoteRefused, candidate_line
     from pipelines.dataset import UnsupportedDataset
     from recserve_data import InvalidDataset
