@@ -442,8 +442,13 @@ def _session_of(process: psutil.Process) -> int | None:
         return None
 
 
+# 24 buckets of about 170 users: each takes a few tenths of a second, so
+# the job is still running when its third bucket lands (polled every 50 ms).
+USERS = 4_000
+
+
 def test_a_killed_job_resumes_without_redoing_finished_buckets(built, data_dir, tmp_path):
-    users_dir = write_users(built.directory, tmp_path / "users", 12_000)
+    users_dir = write_users(built.directory, tmp_path / "users", USERS)
     run_id = "killed"
     command = [
         sys.executable, "-m", "pipelines", "rescore", "run", "--data-dir", str(data_dir),
@@ -471,4 +476,4 @@ def test_a_killed_job_resumes_without_redoing_finished_buckets(built, data_dir, 
     for bucket, stamp in stamps.items():  # finished buckets were not rewritten
         assert layout.bucket_file(run_dir, "top_n", bucket).stat().st_mtime_ns == stamp
     lists = top_n_lists(run_dir)
-    assert len(lists) == 12_000  # every user exactly once
+    assert len(lists) == USERS  # every user exactly once
