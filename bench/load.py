@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import grpc
@@ -39,6 +39,13 @@ class LoadResult:
     @property
     def full(self) -> int:
         return self.ok - sum(self.degraded.values())
+
+    def record_stages(self, timings: Iterable[pb.StageTiming]) -> None:
+        for timing in timings:
+            histogram = self.stages.get(timing.stage)
+            if histogram is None:
+                histogram = self.stages[timing.stage] = HdrHistogram(1, 60_000_000, 3)
+            histogram.record_value(max(1, int(timing.duration_ms * 1000)))
 
     def stage_ms(self, p: float) -> dict[str, float]:
         return {
@@ -122,11 +129,7 @@ async def run_load(
                     outcome = pb.DegradedReason.Name(reply.degraded_reason)
                     result.degraded[outcome] += 1
                 else:
-                    for timing in reply.stage_timings:
-                        histogram = result.stages.get(timing.stage)
-                        if histogram is None:
-                            histogram = result.stages[timing.stage] = HdrHistogram(1, 60_000_000, 3)
-                        histogram.record_value(max(1, int(timing.duration_ms * 1000)))
+                    result.record_stages(reply.stage_timings)
             except grpc.aio.AioRpcError as exc:
                 result.errors[exc.code().name] += 1
                 outcome = f"error:{exc.code().name}"
