@@ -414,7 +414,7 @@ def test_an_experiment_of_three_arms_compares_each_with_the_stable(stack, admin,
     same = publish_variant(stack, built, "ab3-same")
     started = subprocess.run(
         [sys.executable, "-m", "recserve_stack", "rollout", "start", worse, "--arm", same,
-         "--experiment-s", "40", "--steps", "25", "--min-requests", "5", "--soak-s", "1"],
+         "--experiment-s", "20", "--steps", "25", "--min-requests", "5", "--soak-s", "1"],
         env=stack.env, cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert started.returncode == 0, started.stdout + started.stderr
