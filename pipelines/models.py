@@ -232,7 +232,10 @@ class Ranker(nn.Module):
         return x, retrieval_score, affinity, source_features
 
     def table_rows(self, index: Tensor) -> Tensor:
-        return F.embedding(index, self.table, sparse=True) if self.sparse else self.table[index]
+        # F.embedding, not self.table[index]: indexing's backward on CPU sums
+        # a row's gradients in the order its threads happen to run, so two
+        # builds of one dataset trained apart (ML-1M kept an epoch or not).
+        return F.embedding(index, self.table, sparse=self.sparse)
 
     def forward(
         self,

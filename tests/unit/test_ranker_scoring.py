@@ -60,3 +60,28 @@ def test_a_blend_of_the_parts_is_the_models_score_to_the_bit():
             ):  # fmt: skip
                 weight.fill_(value)
             assert torch.equal(ranker.blend(*parts), ranker(*inputs))
+
+
+def test_the_tables_gradient_is_the_same_on_every_run():
+    """Training the same data twice gives the same ranker: the id table's
+    rows are gathered by ``F.embedding``, whose backward sums in a fixed
+    order (indexing's backward on CPU sums as its threads race, and ML-1M's
+    builds kept a trained epoch or not by that noise)."""
+    torch.manual_seed(0)
+    rows, batch = 300, 20_000  # many candidates of few items: sums of many rows
+    ranker = Ranker(rows, 8, 4, 16)
+    inputs = (
+        torch.randint(0, rows, (batch, 1)), torch.randn(batch, 16), torch.randn(batch, 8),
+        torch.randn(batch, 4), torch.randn(batch, 1), torch.randn(batch, ranker.affinity.rank),
+        torch.rand(batch, SOURCE_FEATURES),
+    )  # fmt: skip
+    weights = torch.randn(batch, 1)
+
+    def table_gradient() -> torch.Tensor:
+        ranker.zero_grad()
+        (ranker(*inputs) * weights).sum().backward()
+        assert ranker.table.grad is not None
+        return ranker.table.grad.clone()
+
+    first = table_gradient()
+    assert all(torch.equal(first, table_gradient()) for _ in range(10))
