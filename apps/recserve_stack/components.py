@@ -90,26 +90,28 @@ def service_component(settings: StackSettings, name: str, env: dict[str, str]) -
     )
 
 
+async def request_path_serving(address: str, tls: Tls | None) -> bool:
+    """A request-path process (``one_process``) serves, and so does each
+    module it hosts: its gateway reports them as dependency/<module>."""
+    for service in ("", *(f"dependency/{module}" for module in HOSTED)):
+        if not await grpc_serving(address, service, tls=tls):
+            return False
+    return True
+
+
 def one_process_component(settings: StackSettings, env: dict[str, str]) -> Component:
     """The gateway's process hosting the three backends (``one_process``):
-    named "gateway", ready when all four of its ports serve."""
-    addresses = [f"{settings.host}:{getattr(settings, f'{n}_port')}" for n in SERVICES]
-    tls = operator_tls(settings)
-
-    async def ready() -> bool:
-        for address in addresses:
-            if not await grpc_serving(address, tls=tls):
-                return False
-        return True
-
+    named "gateway", ready when it and each module it hosts serve."""
+    address = f"{settings.host}:{settings.gateway_port}"
     return Component(
         name="gateway",
         argv=[str(settings.python), "-u", "-m", "services.one_process"],
-        ready=ready,
+        ready=functools.partial(request_path_serving, address, operator_tls(settings)),
         env=env,
         cwd=ROOT,
-        address=addresses[-1],
-        after=("triton",),
+        address=address,
+        # Started beside Triton, not after it: its imports take as long as
+        # Triton's loading, and its ranker is ready once Triton is.
     )
 
 
@@ -169,8 +171,13 @@ def request_path_follower(
     own = {k: v for k, v in env.items() if k not in {p + "SOCKET" for p in prefixes}}
     own.update({p + suffix: "0" for p in prefixes for suffix in ("PORT", "METRICS_PORT")})
     component = gateway_process(settings, name, port, replica, {**own, **FOLLOWS})
+    # Started at once: it imports beside the first's start, then waits for
+    # the first's modules to serve before it builds its own (one_process).
     return dataclasses.replace(
-        component, argv=[str(settings.python), "-u", "-m", "services.one_process"]
+        component,
+        argv=[str(settings.python), "-u", "-m", "services.one_process"],
+        ready=functools.partial(request_path_serving, component.address, operator_tls(settings)),
+        after=(),
     )
 
 

@@ -8,7 +8,6 @@ import logging
 from collections.abc import Mapping
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recserve.features.v1 import features_pb2_grpc
 from recserve.ranker.v1 import ranker_pb2_grpc
@@ -16,7 +15,7 @@ from recserve.retriever.v1 import retriever_pb2_grpc
 from recserve_kit import transport
 from recserve_kit.call_stream import CallStream
 from recserve_kit.clients import Client, client
-from recserve_kit.health import DependencyProbe
+from recserve_kit.health import DependencyProbe, serving
 from recserve_kit.item_watch import ItemWatch
 from recserve_kit.jsonl_log import JsonlLog
 from recserve_kit.local_calls import LocalCalls
@@ -39,24 +38,10 @@ log = logging.getLogger(__name__)
 
 # Keepalive through the channel's options; no retries here: inside a 100 ms
 # budget the fallback is the better answer, and Envoy retries at the edge.
-CHANNEL_OPTIONS = [
-    *transport.CLIENT_KEEPALIVE,
-    # A backend that comes back is used again within a second, not after
-    # gRPC's default backoff (which grows toward two minutes).
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
-
-
-async def backend_serving(channel: grpc.aio.Channel) -> bool:
-    try:
-        reply = await health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=0.5
-        )
-    except grpc.aio.AioRpcError:
-        return False
-    return reply.status == health_pb2.HealthCheckResponse.SERVING
+CHANNEL_OPTIONS = [*transport.CLIENT_KEEPALIVE, *transport.FAST_RECONNECT]
+# An in-process module's health costs a look at a flag: looked at often, so
+# that a process is ready as soon as its modules are.
+HOSTED_PROBE_S = 0.2
 
 
 # The request path's calls (``backends.CARRIED``) go as frames on held
@@ -141,21 +126,33 @@ def backend_channels(settings: GatewaySettings) -> dict[str, grpc.aio.Channel]:
 
 
 def dependency_probes(
-    popular: PopularItems, watch: ItemWatch, channels: Mapping[str, grpc.aio.Channel]
+    popular: PopularItems,
+    watch: ItemWatch,
+    channels: Mapping[str, grpc.aio.Channel],
+    hosted: Mapping[str, Service] | None = None,
 ) -> list[DependencyProbe]:
     async def fallback_loaded() -> bool:
         return popular.loaded
+
+    def backend_probe(name: str, channel: grpc.aio.Channel) -> DependencyProbe:
+        # Reported per backend, but the gateway stays SERVING without them:
+        # it answers from the fallback, marked degraded. A backend hosted in
+        # this process is the one its calls reach (a follower's, not the
+        # first process's at the address), asked in-process.
+        module = (hosted or {}).get(name)
+        if module is None:
+            return DependencyProbe(name, functools.partial(serving, channel), 1.0, required=False)
+
+        async def module_serving() -> bool:
+            return module.health.serving
+
+        return DependencyProbe(name, module_serving, HOSTED_PROBE_S, required=False)
 
     return [
         DependencyProbe("fallback", fallback_loaded, interval_s=1.0),
         # Titles for answers; without it they are fetched per answer instead.
         DependencyProbe("item_catalogue", watch.healthy, interval_s=1.0, required=False),
-    ] + [
-        # Reported per backend, but the gateway stays SERVING without them:
-        # it answers from the fallback, marked degraded.
-        DependencyProbe(name, functools.partial(backend_serving, channel), 1.0, required=False)
-        for name, channel in channels.items()
-    ]
+    ] + [backend_probe(name, channel) for name, channel in channels.items()]
 
 
 async def create_server(
@@ -166,7 +163,7 @@ async def create_server(
     channels = backend_channels(settings)
     gateway, watch, streams = create_gateway(settings, channels, hosted)
     popular, segments = gateway.degrade.popular, gateway.degrade.segments
-    probes = dependency_probes(popular, watch, channels)
+    probes = dependency_probes(popular, watch, channels, hosted)
     impressions, event_log = recorders(settings)
     # The events API counts each event under the lists this gateway showed.
     events = EventServicer(

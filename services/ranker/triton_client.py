@@ -24,7 +24,7 @@ from typing import Any
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as triton_aio
-from tritonclient.grpc import KeepAliveOptions, service_pb2, service_pb2_grpc
+from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, service_pb2, service_pb2_grpc
 
 from recserve_kit import transport
 from recserve_kit.call_stream import StreamCalls
@@ -40,12 +40,15 @@ BACKSTOP_GRACE_S = 0.25
 TRITON_STREAMS = 4
 Tensor = tuple[str, np.ndarray]
 DATATYPES = {np.dtype(np.int64): "INT64", np.dtype(np.float32): "FP32"}
-KEEPALIVE = KeepAliveOptions(
-    keepalive_time_ms=transport.KEEPALIVE_TIME_MS,
-    keepalive_timeout_ms=transport.KEEPALIVE_TIMEOUT_MS,
-    keepalive_permit_without_calls=True,
-    http2_max_pings_without_data=0,
-)
+# Triton takes these pings (its flags: TRITON_KEEPALIVE_FLAGS); the ranker
+# starts beside Triton, so both channels reconnect quickly once it listens.
+TRITON_CHANNEL = [*transport.CLIENT_KEEPALIVE, *transport.FAST_RECONNECT]
+# The control client's own defaults (its channel_args replace them all).
+CONTROL_CHANNEL = [
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+    *TRITON_CHANNEL,
+]
 
 
 def infer_request(
@@ -89,18 +92,14 @@ class TritonClient:
         tls = settings.tls("ranker")
         self.control = triton_aio.InferenceServerClient(
             settings.triton_url,
-            keepalive_options=KEEPALIVE,
             creds=tls.channel_credentials() if tls else None,
+            channel_args=CONTROL_CHANNEL,
         )
         self.control_headers = transport.triton_control_headers(settings.tls_dir)
         self.channel = transport.aio_channel(
             settings.triton_url,
             tls,
-            # Triton takes these pings (its flags: TRITON_KEEPALIVE_FLAGS).
-            options=[
-                *transport.CLIENT_KEEPALIVE,
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-            ],
+            options=[*TRITON_CHANNEL, ("grpc.max_receive_message_length", 64 * 1024 * 1024)],
         )
         self.infer_stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self.stream = StreamCalls(

@@ -15,6 +15,7 @@ import time
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from recserve.recommend.v1 import recommend_pb2 as pb
 from recserve.recommend.v1 import recommend_pb2_grpc
@@ -73,6 +74,24 @@ def calls(metrics: str, service: str, method: str) -> float:
 def serving(stack, name: str) -> bool:
     """Whether ``name``'s port answers SERVING (the runner's own probe)."""
     return stack.serving(stack.address(name))
+
+
+def test_once_ready_each_process_answers_whole_from_its_own_modules(one):
+    """The runner calls the stack ready once each request-path process and
+    every module it hosts serve: the second's own modules (its calls stay in
+    it), not the first's at their addresses. The second is started beside
+    the first and builds its modules once the first's serve; a Recommend
+    sent straight to each gateway at once is whole."""
+    for channel in one.gateway_channels():
+        with channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for module in HOSTED:
+                request = health_pb2.HealthCheckRequest(service=f"dependency/{module}")
+                status = health.Check(request, timeout=5).status
+                assert status == health_pb2.HealthCheckResponse.SERVING, module
+            stub = recommend_pb2_grpc.RecommendServiceStub(channel)
+            reply = stub.Recommend(pb.RecommendRequest(user_id="42", k=10), timeout=5)
+            assert not reply.degraded, pb.DegradedReason.Name(reply.degraded_reason)
 
 
 def test_one_process_hosts_the_backends_and_each_keeps_its_port(one):

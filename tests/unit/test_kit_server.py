@@ -83,6 +83,30 @@ async def test_health_follows_dependency_probes(settings):
         await service.stop(0)
 
 
+async def test_a_failing_dependency_is_looked_at_again_before_its_interval(settings):
+    """A process waiting on a dependency (the ranker on Triton at start) is
+    ready soon after it, not a whole interval later."""
+    looks = []
+
+    async def check() -> bool:
+        looks.append(1)
+        return len(looks) >= 3
+
+    service = build_server(
+        "test",
+        settings,
+        [Registration(SlowFeatures(), SERVICE)],
+        probes=[DependencyProbe("store", check, interval_s=600)],
+    )
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            await wait_status(channel, health_pb2.HealthCheckResponse.SERVING)
+        assert len(looks) == 3
+    finally:
+        await service.stop(0)
+
+
 async def test_graceful_shutdown_finishes_in_flight_call(settings):
     servicer = SlowFeatures()
     service = build_server(
