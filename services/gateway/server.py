@@ -39,9 +39,6 @@ log = logging.getLogger(__name__)
 # Keepalive through the channel's options; no retries here: inside a 100 ms
 # budget the fallback is the better answer, and Envoy retries at the edge.
 CHANNEL_OPTIONS = [*transport.CLIENT_KEEPALIVE, *transport.FAST_RECONNECT]
-# An in-process module's health costs a look at a flag: looked at often, so
-# that a process is ready as soon as its modules are.
-HOSTED_PROBE_S = 0.2
 
 
 # The request path's calls (``backends.CARRIED``) go as frames on held
@@ -146,7 +143,7 @@ def dependency_probes(
         async def module_serving() -> bool:
             return module.health.serving
 
-        return DependencyProbe(name, module_serving, HOSTED_PROBE_S, required=False)
+        return DependencyProbe(name, module_serving, 1.0, required=False)
 
     return [
         DependencyProbe("fallback", fallback_loaded, interval_s=1.0),

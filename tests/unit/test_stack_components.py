@@ -94,7 +94,8 @@ def test_one_process_hosts_the_backends_and_the_other_processes_wait_for_it(tmp_
     components = {c.name: c for c in stack_components(settings)}
     assert not {"features", "retriever", "ranker"} & set(components)
     hosting = components["gateway"]
-    assert hosting.argv[-2:] == ["-m", "services.one_process"] and hosting.after == ("triton",)
+    # Started beside Triton: its ranker is ready once Triton is.
+    assert hosting.argv[-2:] == ["-m", "services.one_process"] and hosting.after == ()
     assert hosting.env is not None
     # Each hosted module reads its own settings: its port and socket stay.
     assert hosting.env["RECSERVE_RANKER_PORT"] == str(settings.ranker_port)
@@ -104,9 +105,11 @@ def test_one_process_hosts_the_backends_and_the_other_processes_wait_for_it(tmp_
         assert components[name].after == ("gateway",)
         assert components[name].argv[-1] != "services.one_process"
     # A second gateway is a second request-path process: its modules on
-    # ports and sockets of their own, following the first's writers.
+    # ports and sockets of their own, following the first's writers. It is
+    # started at once and waits itself for the first's modules, after its
+    # imports (services/one_process).
     second = components["gateway-2"]
-    assert second.argv[-1] == "services.one_process" and second.after == ("gateway",)
+    assert second.argv[-1] == "services.one_process" and second.after == ()
     assert second.env is not None and second.env["RECSERVE_GATEWAY_PORT"] == "50061"
     assert second.env["RECSERVE_GATEWAY_SOCKET"] == str(tmp_path / "sockets" / "gateway-2.sock")
     for module in ("FEATURES", "RETRIEVER", "RANKER"):
