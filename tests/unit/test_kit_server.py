@@ -1,6 +1,7 @@
 """The kit's server: health transitions, graceful shutdown, error mapping."""
 
 import asyncio
+import contextlib
 
 import grpc
 import pytest
@@ -53,34 +54,36 @@ def settings():
     return ServiceSettings(port=0, shutdown_grace_s=5, shutdown_drain_s=0.3)
 
 
+@contextlib.asynccontextmanager
+async def probed(settings, probe: DependencyProbe):
+    """A started server whose health follows ``probe``; a channel to it."""
+    service = build_server(
+        "test", settings, [Registration(SlowFeatures(), SERVICE)], probes=[probe]
+    )
+    await service.start()
+    try:
+        async with grpc.aio.insecure_channel(service.address) as channel:
+            yield channel
+    finally:
+        await service.stop(0)
+
+
 async def test_health_follows_dependency_probes(settings):
     dependency_up = {"ok": False}
 
     async def check() -> bool:
         return dependency_up["ok"]
 
-    service = build_server(
-        "test",
-        settings,
-        [Registration(SlowFeatures(), SERVICE)],
-        probes=[DependencyProbe("store", check, interval_s=0.02)],
-    )
-    await service.start()
-    try:
-        async with grpc.aio.insecure_channel(service.address) as channel:
-            assert await status(channel) == health_pb2.HealthCheckResponse.NOT_SERVING
-            assert await status(channel, SERVICE) == health_pb2.HealthCheckResponse.NOT_SERVING
-            dependency_up["ok"] = True
-            await wait_status(channel, health_pb2.HealthCheckResponse.SERVING)
-            await wait_status(channel, health_pb2.HealthCheckResponse.SERVING, SERVICE)
-            await wait_status(channel, health_pb2.HealthCheckResponse.SERVING, "dependency/store")
-            dependency_up["ok"] = False
-            await wait_status(channel, health_pb2.HealthCheckResponse.NOT_SERVING)
-            await wait_status(
-                channel, health_pb2.HealthCheckResponse.NOT_SERVING, "dependency/store"
-            )
-    finally:
-        await service.stop(0)
+    async with probed(settings, DependencyProbe("store", check, interval_s=0.02)) as channel:
+        assert await status(channel) == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert await status(channel, SERVICE) == health_pb2.HealthCheckResponse.NOT_SERVING
+        dependency_up["ok"] = True
+        await wait_status(channel, health_pb2.HealthCheckResponse.SERVING)
+        await wait_status(channel, health_pb2.HealthCheckResponse.SERVING, SERVICE)
+        await wait_status(channel, health_pb2.HealthCheckResponse.SERVING, "dependency/store")
+        dependency_up["ok"] = False
+        await wait_status(channel, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await wait_status(channel, health_pb2.HealthCheckResponse.NOT_SERVING, "dependency/store")
 
 
 async def test_a_failing_dependency_is_looked_at_again_before_its_interval(settings):
@@ -92,19 +95,9 @@ async def test_a_failing_dependency_is_looked_at_again_before_its_interval(setti
         looks.append(1)
         return len(looks) >= 3
 
-    service = build_server(
-        "test",
-        settings,
-        [Registration(SlowFeatures(), SERVICE)],
-        probes=[DependencyProbe("store", check, interval_s=600)],
-    )
-    await service.start()
-    try:
-        async with grpc.aio.insecure_channel(service.address) as channel:
-            await wait_status(channel, health_pb2.HealthCheckResponse.SERVING)
-        assert len(looks) == 3
-    finally:
-        await service.stop(0)
+    async with probed(settings, DependencyProbe("store", check, interval_s=600)) as channel:
+        await wait_status(channel, health_pb2.HealthCheckResponse.SERVING)
+    assert len(looks) == 3
 
 
 async def test_graceful_shutdown_finishes_in_flight_call(settings):
