@@ -72,6 +72,15 @@ class RunningStack:
 
         return StackSettings(data_dir=self.data_dir).socket_dir
 
+    def triton_shared_memory(self) -> set[str]:
+        """The names of this stack's Triton's python-backend regions in /dev/shm."""
+        from recserve_stack import triton
+        from recserve_stack.settings import StackSettings
+
+        settings = StackSettings(data_dir=self.data_dir, triton_grpc_port=self.port("triton_grpc"))
+        prefix = triton.shared_memory_prefix(settings)
+        return {path.name for path in triton.SHARED_MEMORY_DIR.glob(prefix + "*")}
+
     def internal_aio_channel(self, name: str) -> grpc.aio.Channel:
         return transport.aio_channel(f"127.0.0.1:{self.port(name)}", self.tls)
 

@@ -245,6 +245,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             # both threads in SignalHandler, gdb). A runner that dies can
             # collect nothing anyway; its python-backend stubs follow in ~3 s.
             death_signal="KILL",
+            leftovers=functools.partial(triton.remove_shared_memory, settings),
         ),
         *request_path(settings, env),
         *ranker_replicas(settings, env),

@@ -59,6 +59,9 @@ class Component:
     # What the kernel sends it when the runner dies: TERM lets it stop
     # gracefully; KILL where its own SIGTERM handling can hang (Triton's).
     death_signal: str = "TERM"
+    # Removes what the component leaves behind when it is killed (Triton's
+    # shared memory); run before each start and once the stack has stopped.
+    leftovers: Callable[[], object] | None = None
     process: asyncio.subprocess.Process | None = field(default=None, repr=False)
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=30), repr=False)
 
@@ -139,6 +142,8 @@ class Runner:
     async def _spawn(self, component: Component) -> None:
         env = dict(component.env if component.env is not None else os.environ)
         env["RECSERVE_RUNNER_PID"] = str(os.getpid())
+        if component.leftovers is not None:
+            component.leftovers()
         component.process = await asyncio.create_subprocess_exec(
             *_with_parent_death_signal(component.argv, component.death_signal),
             env=env,
@@ -294,6 +299,8 @@ class Runner:
             self._signal(component, signal.SIGKILL)
             if component.process and component.process.returncode is None:
                 await component.process.wait()
+            if component.process and component.leftovers is not None:
+                component.leftovers()
         for pump in self._pumps:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(pump, 2.0)

@@ -8,6 +8,8 @@ numpy/onnxruntime through the Triton environment's python3 first on PATH.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import sys
 import sysconfig
@@ -58,6 +60,31 @@ def backend_directory(settings: StackSettings) -> Path:
     return target.parent
 
 
+# Where the python backend keeps each model instance's tensor region. Triton
+# removes its own on a clean stop; one that is killed leaves them (1 MiB or
+# more each, in memory) until the host reboots.
+SHARED_MEMORY_DIR = Path("/dev/shm")
+
+
+def shared_memory_prefix(settings: StackSettings) -> str:
+    """This stack's Triton's region names: its port and data directory, so
+    clearing them never touches another stack's."""
+    place = hashlib.sha256(str(settings.data_dir.resolve()).encode()).hexdigest()[:8]
+    return f"recserve-triton-{settings.triton_grpc_port}-{place}-"
+
+
+def remove_shared_memory(settings: StackSettings, directory: Path = SHARED_MEMORY_DIR) -> int:
+    """Removes the regions a killed Triton of this stack left behind; run
+    while none of its Triton runs (before a start, after a kill). Returns
+    how many it removed."""
+    removed = 0
+    for region in directory.glob(shared_memory_prefix(settings) + "*"):
+        with contextlib.suppress(FileNotFoundError):
+            region.unlink()
+            removed += 1
+    return removed
+
+
 def command(settings: StackSettings, models: list[str]) -> list[str]:
     wheel = site_packages(settings.triton_venv) / "pytriton" / "tritonserver"
     settings.repository.mkdir(parents=True, exist_ok=True)
@@ -65,6 +92,7 @@ def command(settings: StackSettings, models: list[str]) -> list[str]:
         str(wheel / "bin" / "tritonserver"),
         f"--model-repository={settings.repository}",
         f"--backend-directory={backend_directory(settings)}",
+        f"--backend-config=python,shm-region-prefix-name={shared_memory_prefix(settings)}",
         "--model-control-mode=explicit",
         "--strict-readiness=true",
         f"--grpc-address={settings.host}",

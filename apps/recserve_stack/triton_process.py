@@ -4,6 +4,8 @@ starts it; for tests and benchmarks that need Triton alone."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -61,8 +63,9 @@ class TritonProcess:
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                os.killpg(self.process.pid, signal.SIGKILL)  # its stubs too
                 self.process.wait()
+        triton.remove_shared_memory(self.settings)
 
 
 def start_triton(
@@ -87,6 +90,7 @@ def start_triton(
     data_dir.mkdir(parents=True, exist_ok=True)
     if tls:
         pki.ensure_pki(settings.tls_dir)
+    triton.remove_shared_memory(settings)
     with log.open("ab") as out:
         process = subprocess.Popen(
             triton.command(settings, models),

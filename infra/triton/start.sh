@@ -7,8 +7,13 @@
 # test_compose.py compares them), except that the local stack turns HTTP off:
 # there any local user can read the secret from the process list.
 # Usage: start.sh TRITONSERVER [ARGS...]; TRITON_EXTRA_ARGS are appended.
+# TRITON_TLS_DIR and TRITON_SHM_DIR move /data/tls and /dev/shm (tests).
 set -eu
-tls=/data/tls
+tls=${TRITON_TLS_DIR:-/data/tls}
+# The python backend's tensor regions: Triton removes them when it stops, but
+# one that was killed (OOM, a failed liveness probe) leaves them, and the
+# pod's /dev/shm volume outlives the container; nothing else here uses it.
+rm -f "${TRITON_SHM_DIR:-/dev/shm}"/triton_python_backend_shm_region_*
 if [ ! -f "$tls/triton.pem" ] || [ ! -f "$tls/triton-control.secret" ]; then
   echo "no certificates in $tls: the init step makes them (python -m recserve_stack keys)" >&2
   exit 1

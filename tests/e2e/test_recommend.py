@@ -513,6 +513,7 @@ def test_a_crashed_triton_is_restarted_and_full_answers_return(stack, stub):
     unless-stopped); meanwhile the gateway answers from the fallback."""
     full_answer(stub)
     restarts = stack.restarts()
+    regions = stack.triton_shared_memory() if stack.kind == "local" else set()
     stack.kill("bin/tritonserver")
     reply = stub.Recommend(pb.RecommendRequest(user_id="42", k=10), timeout=2)
     assert len(reply.items) == 10  # an answer while Triton is away
@@ -526,6 +527,10 @@ def test_a_crashed_triton_is_restarted_and_full_answers_return(stack, stub):
     if stack.kind == "local":
         poll_until(lambda: "triton | ready again" in stack.output(), 180, 0.5, "Triton ready")
         assert "triton | exited with code -9; restarting (1 of 5" in stack.output()
+        # The killed Triton's shared memory is gone (1 MiB a region, held
+        # until reboot otherwise); the new Triton has its own.
+        now = stack.triton_shared_memory()
+        assert regions and now and not now & regions
     reply = full_answer(stub, timeout_s=60)
     assert reply.model_version and stack.restarts() == restarts + 1
 

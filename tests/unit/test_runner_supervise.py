@@ -125,3 +125,37 @@ async def test_a_component_killed_again_before_it_was_ready_is_restarted_again(t
     finally:
         supervising.cancel()
         await runner.stop()
+
+
+async def test_what_a_killed_component_leaves_is_removed_before_each_start_and_after_the_stop(
+    tmp_path,
+):
+    """Triton's shared memory outlives a kill: the runner clears it before
+    the first start (a runner killed last time), before a restart, and once
+    the stack has stopped."""
+    left = tmp_path / "left"
+
+    async def ready() -> bool:
+        return True
+
+    def clear() -> None:
+        calls.append(left.exists())
+        left.unlink(missing_ok=True)
+
+    calls: list[bool] = []
+    leaves = [sys.executable, "-c", f"open({str(left)!r}, 'w'); import time; time.sleep(600)"]
+    component = Component("leaves", leaves, ready, leftovers=clear)
+    out = io.StringIO()
+    runner = Runner([component], tmp_path / "logs", out=out, start_timeout_s=60)
+    left.touch()  # as a runner killed before left it
+    await runner.start()
+    supervising = asyncio.create_task(runner.supervise())
+    try:
+        await _until(left.exists)
+        _kill(component)
+        await _until(lambda: "leaves | ready again" in out.getvalue())
+        await _until(left.exists)
+    finally:
+        supervising.cancel()
+        await runner.stop()
+    assert calls == [True, True, True] and not left.exists()
