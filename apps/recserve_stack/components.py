@@ -242,8 +242,10 @@ def stack_components(settings: StackSettings) -> list[Component]:
             address=f"{settings.host}:{settings.triton_grpc_port}",
             # Triton 2.51's SIGTERM handler takes a mutex its main loop holds
             # while it waits; a signal landing then hangs it for good (seen:
-            # both threads in SignalHandler, gdb). A runner that dies can
-            # collect nothing anyway; its python-backend stubs follow in ~3 s.
+            # both threads in SignalHandler, gdb). It keeps nothing (the
+            # repository is read-only to it), and its own stop waited 3 s on
+            # its python-backend stubs: killed once nothing calls it, its
+            # shared memory cleared after.
             death_signal="KILL",
             leftovers=functools.partial(triton.remove_shared_memory, settings),
         ),

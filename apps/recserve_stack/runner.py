@@ -56,8 +56,10 @@ class Component:
     # Started only once these components are ready (Compose's depends_on:
     # service_healthy), so a client never dials a backend that is not up.
     after: tuple[str, ...] = ()
-    # What the kernel sends it when the runner dies: TERM lets it stop
-    # gracefully; KILL where its own SIGTERM handling can hang (Triton's).
+    # How it is stopped, by the runner's stop or by the kernel when the
+    # runner dies. TERM lets it stop gracefully. KILL where its own SIGTERM
+    # handling can hang and it keeps nothing (Triton's): the runner's stop
+    # kills it once the others are down, so nothing is still calling it.
     death_signal: str = "TERM"
     # Removes what the component leaves behind when it is killed (Triton's
     # shared memory); run before each start and once the stack has stopped.
@@ -279,9 +281,12 @@ class Runner:
             return False
 
     async def stop(self) -> None:
-        """SIGTERM in reverse start order, then SIGKILL whatever outlives the grace."""
+        """SIGTERM in reverse start order, then SIGKILL whatever outlives the
+        grace, and those stopped by KILL."""
         running = [
-            c for c in reversed(self.components) if c.process and c.process.returncode is None
+            c
+            for c in reversed(self.components)
+            if c.process and c.process.returncode is None and c.death_signal != "KILL"
         ]
         for component in running:
             self._signal(component, signal.SIGTERM)
