@@ -4,6 +4,7 @@ starts it; for tests and benchmarks that need Triton alone."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -58,13 +59,12 @@ class TritonProcess:
         return [s.triton_http_port, s.triton_grpc_port, s.triton_metrics_port]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)  # its stubs too
-                self.process.wait()
+        """Killed with its python-backend stubs, as the stack runner stops
+        it: Triton keeps nothing, and its own stop waits seconds on its
+        stubs. Its shared memory is removed after."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
         triton.remove_shared_memory(self.settings)
 
 
