@@ -246,7 +246,7 @@ def stack_components(settings: StackSettings) -> list[Component]:
             # repository is read-only to it), and its own stop waited 3 s on
             # its python-backend stubs: killed once nothing calls it, its
             # shared memory cleared after.
-            death_signal="KILL",
+            stop_signal="KILL",
             leftovers=functools.partial(triton.remove_shared_memory, settings),
         ),
         *request_path(settings, env),

@@ -60,7 +60,7 @@ class Component:
     # runner dies. TERM lets it stop gracefully. KILL where its own SIGTERM
     # handling can hang and it keeps nothing (Triton's): the runner's stop
     # kills it once the others are down, so nothing is still calling it.
-    death_signal: str = "TERM"
+    stop_signal: str = "TERM"
     # Removes what the component leaves behind when it is killed (Triton's
     # shared memory); run before each start and once the stack has stopped.
     leftovers: Callable[[], object] | None = None
@@ -147,7 +147,7 @@ class Runner:
         if component.leftovers is not None:
             component.leftovers()
         component.process = await asyncio.create_subprocess_exec(
-            *_with_parent_death_signal(component.argv, component.death_signal),
+            *_with_parent_death_signal(component.argv, component.stop_signal),
             env=env,
             cwd=component.cwd,
             stdin=asyncio.subprocess.DEVNULL,
@@ -286,7 +286,7 @@ class Runner:
         running = [
             c
             for c in reversed(self.components)
-            if c.process and c.process.returncode is None and c.death_signal != "KILL"
+            if c.process and c.process.returncode is None and c.stop_signal != "KILL"
         ]
         for component in running:
             self._signal(component, signal.SIGTERM)

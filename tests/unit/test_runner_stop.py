@@ -35,7 +35,7 @@ async def test_a_component_stopped_by_kill_is_killed_once_the_graceful_ones_are_
         "signal.signal(signal.SIGTERM, stop)\n"
         "time.sleep(600)",
     ]
-    triton = Component("triton", deaf, ready, death_signal="KILL")
+    triton = Component("triton", deaf, ready, stop_signal="KILL")
     caller = Component("caller", graceful, ready)
     out = io.StringIO()
     runner = Runner([triton, caller], tmp_path / "logs", out=out, stop_timeout_s=60)
