@@ -2,7 +2,6 @@
 SIGTERM and their grace; one stopped by KILL (Triton) is killed once they
 are down, not sent a SIGTERM it could hang on."""
 
-import asyncio
 import io
 import signal
 import sys
@@ -10,8 +9,13 @@ import sys
 from recserve_stack.runner import Component, Runner
 
 
-async def ready() -> bool:
-    return True
+def ready_once(path):
+    """Ready once the child has written ``path``: its signal handling is set."""
+
+    async def ready() -> bool:
+        return path.exists() and path.stat().st_size > 0
+
+    return ready
 
 
 async def test_a_component_stopped_by_kill_is_killed_once_the_graceful_ones_are_down(tmp_path):
@@ -24,6 +28,7 @@ async def test_a_component_stopped_by_kill_is_killed_once_the_graceful_ones_are_
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)",
     ]
     # On SIGTERM, records whether the other is still up (it calls it), then exits.
+    handling = tmp_path / "caller.ready"
     graceful = [
         sys.executable,
         "-c",
@@ -33,15 +38,14 @@ async def test_a_component_stopped_by_kill_is_killed_once_the_graceful_ones_are_
         f"    open({str(seen)!r}, 'w').write('up')\n"
         "    sys.exit(0)\n"
         "signal.signal(signal.SIGTERM, stop)\n"
+        f"open({str(handling)!r}, 'w').write('handling')\n"
         "time.sleep(600)",
     ]
-    triton = Component("triton", deaf, ready, stop_signal="KILL")
-    caller = Component("caller", graceful, ready)
+    triton = Component("triton", deaf, ready_once(pid_file), stop_signal="KILL")
+    caller = Component("caller", graceful, ready_once(handling))
     out = io.StringIO()
     runner = Runner([triton, caller], tmp_path / "logs", out=out, stop_timeout_s=60)
     await runner.start()
-    while not pid_file.exists() or not pid_file.read_text():
-        await asyncio.sleep(0.05)
     await runner.stop()
     assert caller.process is not None and caller.process.returncode == 0
     assert seen.read_text() == "up"  # the caller stopped while Triton still ran
