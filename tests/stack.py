@@ -78,8 +78,7 @@ class RunningStack:
         from recserve_stack.settings import StackSettings
 
         settings = StackSettings(data_dir=self.data_dir, triton_grpc_port=self.port("triton_grpc"))
-        prefix = triton.shared_memory_prefix(settings)
-        return {path.name for path in triton.SHARED_MEMORY_DIR.glob(prefix + "*")}
+        return {path.name for path in triton.shared_memory(settings)}
 
     def internal_aio_channel(self, name: str) -> grpc.aio.Channel:
         return transport.aio_channel(f"127.0.0.1:{self.port(name)}", self.tls)

@@ -73,12 +73,17 @@ def shared_memory_prefix(settings: StackSettings) -> str:
     return f"recserve-triton-{settings.triton_grpc_port}-{place}-"
 
 
+def shared_memory(settings: StackSettings, directory: Path = SHARED_MEMORY_DIR) -> list[Path]:
+    """This stack's Triton's regions there now."""
+    return sorted(directory.glob(shared_memory_prefix(settings) + "*"))
+
+
 def remove_shared_memory(settings: StackSettings, directory: Path = SHARED_MEMORY_DIR) -> int:
     """Removes the regions a killed Triton of this stack left behind; run
     while none of its Triton runs (before a start, after a kill). Returns
     how many it removed."""
     removed = 0
-    for region in directory.glob(shared_memory_prefix(settings) + "*"):
+    for region in shared_memory(settings, directory):
         with contextlib.suppress(FileNotFoundError):
             region.unlink()
             removed += 1

@@ -23,7 +23,7 @@ from recserve.ranker.v1 import ranker_pb2_grpc
 from recserve_model.affinity import UserAffinity
 from recserve_model.encoding import Encoder, EncodingSpec
 from recserve_model.sources import SOURCE_ANN, source_features
-from recserve_stack.triton import SHARED_MEMORY_DIR, shared_memory_prefix
+from recserve_stack.triton import shared_memory
 from recserve_stack.triton_process import running_triton, start_triton
 from services.features.config import FeaturesSettings
 from services.features.domain import Event
@@ -479,7 +479,7 @@ async def test_not_serving_while_triton_is_down(setup, tmp_path):
         await apoll_until(lambda: status_is(serving), 60)
         server.stop()
         # Killed (as the runner stops it), it leaves no shared memory behind.
-        assert not list(SHARED_MEMORY_DIR.glob(shared_memory_prefix(server.settings) + "*"))
+        assert not shared_memory(server.settings)
         await apoll_until(lambda: status_is(not_serving), 30)
         server = start_triton(tmp_path / "t", repository, ["user_tower", "ranker"], ports)
         await apoll_until(lambda: status_is(serving), 120)
